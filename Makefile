@@ -1,0 +1,35 @@
+# meridian: see README.md. `make demo` and `make test` are the two entry points.
+SHELL := /bin/bash
+GO ?= go
+TOOLS := $(CURDIR)/.tools
+export MERIDIAN_ENVOY ?= $(TOOLS)/bin/envoy
+export PATH := $(TOOLS)/bin:$(PATH)
+
+.PHONY: all setup build test vet fmt proto demo bench sim clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(GO) build ./...
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: setup vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Regenerates the committed Go code for proto/. Needs Debian's protobuf-compiler.
+proto:
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler"; exit 1; }
+	GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	protoc -I proto --go_out=proto --go_opt=paths=source_relative \
+	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative proto/meridian/v1/*.proto
+
+clean:
+	rm -rf bin out
