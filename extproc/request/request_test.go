@@ -1,0 +1,186 @@
+package request
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func chatBody(t testing.TB, stream bool, msgs ...[2]string) []byte {
+	t.Helper()
+	type m struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var ms []m
+	for _, x := range msgs {
+		ms = append(ms, m{x[0], x[1]})
+	}
+	// Field order matters for partial bodies: model first, as most clients send it.
+	b, err := json.Marshal(struct {
+		Model       string  `json:"model"`
+		Stream      bool    `json:"stream"`
+		Messages    []m     `json:"messages"`
+		Temperature float64 `json:"temperature"`
+	}{"llama", stream, ms, 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestChatTurnExtendsPrefixChain(t *testing.T) {
+	opt := Options{BlockBytes: 16, MaxBlocks: 64, MaxDepth: 32}
+	sys := [2]string{"system", strings.Repeat("You are a helpful assistant. ", 4)}
+	turn1 := chatBody(t, true, sys, [2]string{"user", "What is the capital of France, please?"})
+	turn2 := chatBody(t, false, sys, [2]string{"user", "What is the capital of France, please?"},
+		[2]string{"assistant", "Paris."}, [2]string{"user", "And of Italy?"})
+	other := chatBody(t, true, [2]string{"system", "Different system prompt entirely here."})
+
+	var r1, r2, r3 Request
+	for _, c := range []struct {
+		b []byte
+		r *Request
+	}{{turn1, &r1}, {turn2, &r2}, {other, &r3}} {
+		if err := Parse(ChatCompletions, c.b, true, opt, c.r); err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+	}
+	if r1.Model != "llama" || !r1.Stream || r2.Stream {
+		t.Fatalf("model/stream: %+v %+v", r1, r2)
+	}
+	full1 := len(r1.Blocks) - 1 // the last block of turn 1 is partial
+	if full1 < 3 {
+		t.Fatalf("too few blocks: %d", len(r1.Blocks))
+	}
+	for i := 0; i < full1; i++ {
+		if r1.Blocks[i] != r2.Blocks[i] {
+			t.Fatalf("block %d differs between turn 1 and turn 2", i)
+		}
+	}
+	if len(r2.Blocks) <= len(r1.Blocks) {
+		t.Fatalf("turn 2 (%d blocks) does not extend turn 1 (%d)", len(r2.Blocks), len(r1.Blocks))
+	}
+	if r3.Blocks[0] == r1.Blocks[0] {
+		t.Fatal("different prompts share their first block hash")
+	}
+}
+
+func TestMaxBlocksCapsWork(t *testing.T) {
+	opt := Options{BlockBytes: 32, MaxBlocks: 4, MaxDepth: 32}
+	b := chatBody(t, false, [2]string{"user", strings.Repeat("x", 1<<20)})
+	var r Request
+	if err := Parse(ChatCompletions, b, true, opt, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Blocks) != 4 || r.PromptBytes != 128 {
+		t.Fatalf("blocks=%d promptBytes=%d, want 4 and 128", len(r.Blocks), r.PromptBytes)
+	}
+}
+
+func TestTruncatedBody(t *testing.T) {
+	opt := Options{BlockBytes: 16, MaxBlocks: 64, MaxDepth: 32}
+	full := chatBody(t, true, [2]string{"system", strings.Repeat("hello world ", 20)},
+		[2]string{"user", strings.Repeat("more words ", 30)})
+	var whole, part Request
+	if err := Parse(ChatCompletions, full, true, opt, &whole); err != nil {
+		t.Fatal(err)
+	}
+	cut := full[:len(full)/2]
+	if err := Parse(ChatCompletions, cut, false, opt, &part); err != nil {
+		t.Fatalf("partial body: %v", err)
+	}
+	if !part.Truncated || part.Model != "llama" || len(part.Blocks) < 2 {
+		t.Fatalf("partial parse: %+v", part)
+	}
+	for i := 0; i < len(part.Blocks)-1; i++ {
+		if part.Blocks[i] != whole.Blocks[i] {
+			t.Fatalf("block %d of the partial body differs from the whole body's", i)
+		}
+	}
+	// A body cut before "model" cannot be steered, and says so.
+	late := []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("a", 100) + `"}],"model":"llama"}`)
+	err := Parse(ChatCompletions, late[:60], false, opt, &part)
+	if !IsTruncatedBeforeModel(err) {
+		t.Fatalf("err = %v, want truncated-before-model", err)
+	}
+}
+
+func TestCompletionsPromptForms(t *testing.T) {
+	opt := DefaultOptions()
+	var a, b, c Request
+	if err := Parse(Completions, []byte(`{"model":"m","prompt":"Once upon a time"}`), true, opt, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := Parse(Completions, []byte(`{"model":"m","prompt":["Once upon a time","other"]}`), true, opt, &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := Parse(Completions, []byte(`{"model":"m","prompt":[1,2,3]}`), true, opt, &c); err != nil {
+		t.Fatal(err)
+	}
+	if a.Blocks[0] != b.Blocks[0] {
+		t.Fatal("a string prompt and a batch starting with it hash differently")
+	}
+	if c.PromptBytes != 24 {
+		t.Fatalf("token prompt bytes = %d, want 24", c.PromptBytes)
+	}
+}
+
+func TestClientErrors(t *testing.T) {
+	opt := DefaultOptions()
+	deep := `{"model":"m","messages":[{"role":"user","content":"x"}],"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`
+	cases := []struct {
+		kind Kind
+		body string
+		want string
+	}{
+		{ChatCompletions, `not json`, "invalid JSON"},
+		{ChatCompletions, `[1,2]`, "must be a JSON object"},
+		{ChatCompletions, `{"messages":[{"role":"user","content":"x"}]}`, "'model' field is required"},
+		{ChatCompletions, `{"model":7,"messages":[]}`, "'model' must be a string"},
+		{ChatCompletions, `{"model":"m","messages":[]}`, "must not be empty"},
+		{ChatCompletions, `{"model":"m"}`, "'messages' field is required"},
+		{ChatCompletions, `{"model":"m","messages":"hi"}`, "'messages' must be an array"},
+		{ChatCompletions, `{"model":"m","messages":[{"role":1,"content":"x"}]}`, "role must be a string"},
+		{ChatCompletions, `{"model":"m","stream":"yes","messages":[{"role":"user","content":"x"}]}`, "'stream' must be a boolean"},
+		{ChatCompletions, deep, "nested deeper"},
+		{ChatCompletions, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", "UTF-8"},
+		{Completions, `{"model":"m"}`, "'prompt' field is required"},
+		{Completions, `{"model":"m","prompt":{"a":1}}`, "'prompt' must be"},
+		{ChatCompletions, `{"model":"m","messages":[{"role":"user","content":"x"}]`, "invalid JSON"},
+	}
+	for _, tc := range cases {
+		var r Request
+		err := Parse(tc.kind, []byte(tc.body), true, opt, &r)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+func TestKindOf(t *testing.T) {
+	for path, want := range map[string]Kind{"/v1/completions": Completions, "/v1/chat/completions?x=1": ChatCompletions, "/v1/models": 0} {
+		if got := KindOf(path); got != want {
+			t.Errorf("KindOf(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), true)
+	f.Add([]byte(`{"model":"m","prompt":[1,2,3]}`), false)
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`), true)
+	opt := Options{BlockBytes: 16, MaxBlocks: 8, MaxDepth: 8}
+	f.Fuzz(func(t *testing.T, body []byte, complete bool) {
+		var r Request
+		for _, k := range []Kind{Completions, ChatCompletions} {
+			err := Parse(k, body, complete, opt, &r)
+			if err == nil && r.Model == "" {
+				t.Fatal("accepted a request without a model")
+			}
+			if len(r.Blocks) > opt.MaxBlocks {
+				t.Fatalf("%d blocks, cap %d", len(r.Blocks), opt.MaxBlocks)
+			}
+		}
+	})
+}
