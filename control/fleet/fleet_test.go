@@ -54,7 +54,9 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 		{"unknown field", func(s string) string { return s + "bogus: 1\n" }, "field bogus not found"},
 		{"bad address", func(s string) string { return strings.Replace(s, `"127.0.0.1:8001"`, `"engine-host:8001"`, 1) }, "engines[0].address"},
 		{"duplicate address", func(s string) string { return strings.Replace(s, `"127.0.0.1:8002"`, `"127.0.0.1:8001"`, 1) }, "engines[1].address: 127.0.0.1:8001 is also"},
-		{"unknown model on engine", func(s string) string { return strings.Replace(s, "models: [llama], capacity_rps: 20", "models: [mistral], capacity_rps: 20", 1) }, `engines[2].models[0]: "mistral" is not one of models[].name`},
+		{"unknown model on engine", func(s string) string {
+			return strings.Replace(s, "models: [llama], capacity_rps: 20", "models: [mistral], capacity_rps: 20", 1)
+		}, `engines[2].models[0]: "mistral" is not one of models[].name`},
 		{"zero capacity", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: 0", 1) }, "engines[2].capacity_rps: must be > 0"},
 		{"duplicate engine", func(s string) string { return strings.Replace(s, "name: a-1", "name: a-0", 1) }, `engines[1].name: engine "a-0" is listed twice`},
 		{"missing rtt", func(s string) string { return strings.Replace(s, "region-b: {a: 40, b: 1}", "region-b: {a: 40}", 1) }, "rtt_ms.region-b.b: missing"},
@@ -63,7 +65,9 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 		{"weights all zero", func(s string) string { return strings.Replace(s, "{a-0: 100, a-1: 50, b-0: 0}", "{a-0: 0}", 1) }, "weights.region-a: every weight is 0"},
 		{"weights unknown cluster", func(s string) string { return strings.Replace(s, "  region-a: {a-0", "  region-z: {a-0", 1) }, `weights.region-z: "region-z" is not one of clusters[].name`},
 		{"default model unknown", func(s string) string { return s + "default_model: gpt\n" }, `default_model: "gpt" is not one of models[].name`},
-		{"no models", func(s string) string { return strings.Replace(strings.Replace(s, "  - name: llama\n  - name: qwen\n", "", 1), "models:\n", "models: []\n", 1) }, "models: at least one model is required"},
+		{"no models", func(s string) string {
+			return strings.Replace(strings.Replace(s, "  - name: llama\n  - name: qwen\n", "", 1), "models:\n", "models: []\n", 1)
+		}, "models: at least one model is required"},
 		{"empty file", func(string) string { return "" }, "is empty"},
 		{"wrong type", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: lots", 1) }, "cannot unmarshal"},
 	}
