@@ -1,0 +1,306 @@
+package solver
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// options are internal strategy switches. Solve uses defaultOptions; the
+// benchmarks compare the alternatives (docs/performance-solver.md).
+type options struct {
+	method method
+	// colgen starts from a few routes per (cluster, model) and adds the
+	// left-out routes whose reduced cost is negative until none is; false puts
+	// every allowed route in one LP.
+	colgen    bool
+	initialK  int // routes per (cluster, model) in the first LP
+	addPerRow int // most routes added per (cluster, model) per round
+	maxRounds int // then one LP with every allowed route settles it
+}
+
+func defaultOptions() options {
+	return options{method: dualSimplex, colgen: true, initialK: 8, addPerRow: 8, maxRounds: 40}
+}
+
+// Solve finds the routing that minimizes RTT + engine latency under load +
+// shedding + movement away from p.Prev, as an LP on CLP. It returns an error
+// wrapping ErrInvalidProblem for bad input, or the context's error when ctx
+// ends first (its deadline is also passed to CLP as a time limit). Solve is
+// deterministic: equal problems give identical solutions. It is safe to call
+// concurrently on different problems; p is only read.
+func Solve(ctx context.Context, p *Problem) (*Solution, error) {
+	return solve(ctx, p, defaultOptions())
+}
+
+func solve(ctx context.Context, p *Problem, o options) (*Solution, error) {
+	start := time.Now()
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	ix := newIndex(p)
+	sol := newSolution(p)
+	for _, comp := range ix.components() {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("solver: %w", err)
+		}
+		cs := newCompSolver(p, ix, comp, o)
+		if err := cs.run(ctx, sol); err != nil {
+			return nil, fmt.Errorf("solver: models %v: %w", comp.modelNames(p), err)
+		}
+	}
+	sol.finish(p, ix)
+	sol.Duration = time.Since(start)
+	return sol, nil
+}
+
+// index holds what every component needs: engine segments, which engines
+// serve which model, and the previous flows mapped onto this problem.
+type index struct {
+	segs         [][]segment // [e], nil when the engine is unusable
+	modelEngines [][]int     // [m] usable engines serving m, ascending
+	prev         [][][]flow  // [c][m] previous flows, by engine ascending
+	hasPrev      bool
+}
+
+type flow struct {
+	e int
+	x float64
+}
+
+func newIndex(p *Problem) *index {
+	ix := &index{
+		segs:         make([][]segment, len(p.Engines)),
+		modelEngines: make([][]int, len(p.Models)),
+		hasPrev:      p.Prev != nil,
+	}
+	for e := range p.Engines {
+		if !p.usable(e) {
+			continue
+		}
+		eng := &p.Engines[e]
+		ix.segs[e] = eng.Curve.segments(eng.Capacity, p.Params.RhoMax, p.Params.Segments, nil)
+		for _, m := range eng.Models {
+			ix.modelEngines[m] = append(ix.modelEngines[m], e)
+		}
+	}
+	ix.prev = mapPrev(p)
+	return ix
+}
+
+// mapPrev matches p.Prev's flows to p's clusters, models and engines by name.
+func mapPrev(p *Problem) [][][]flow {
+	out := make([][][]flow, len(p.Clusters))
+	for c := range out {
+		out[c] = make([][]flow, len(p.Models))
+	}
+	if p.Prev == nil {
+		return out
+	}
+	engIdx := nameIndex(p.Engines, func(e Engine) string { return e.Name })
+	modelIdx := nameIndex(p.Models, func(s string) string { return s })
+	clusterIdx := nameIndex(p.Clusters, func(s string) string { return s })
+	for pc, cname := range p.Prev.Clusters {
+		c, ok := clusterIdx[cname]
+		if !ok {
+			continue
+		}
+		for pm, mname := range p.Prev.Models {
+			m, ok := modelIdx[mname]
+			if !ok {
+				continue
+			}
+			for pe, x := range p.Prev.Flow[pc][pm] {
+				if e, ok := engIdx[p.Prev.Engines[pe]]; ok && x > 0 {
+					out[c][m] = append(out[c][m], flow{e, x})
+				}
+			}
+			slices.SortFunc(out[c][m], func(a, b flow) int { return cmp.Compare(a.e, b.e) })
+		}
+	}
+	return out
+}
+
+func nameIndex[T any](items []T, name func(T) string) map[string]int {
+	m := make(map[string]int, len(items))
+	for i, it := range items {
+		m[name(it)] = i
+	}
+	return m
+}
+
+// component is a set of models linked by engines that serve more than one of
+// them, with those engines. Components share no engine, so each is an
+// independent LP: this is the exact per-model decomposition.
+type component struct {
+	models  []int
+	engines []int
+}
+
+func (c component) modelNames(p *Problem) []string {
+	out := make([]string, len(c.models))
+	for i, m := range c.models {
+		out[i] = p.Models[m]
+	}
+	return out
+}
+
+func (ix *index) components() []component {
+	n := len(ix.modelEngines)
+	parent := make([]int, n)
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	engModels := map[int][]int{}
+	for m, engs := range ix.modelEngines {
+		for _, e := range engs {
+			engModels[e] = append(engModels[e], m)
+		}
+	}
+	for _, ms := range engModels {
+		for _, m := range ms[1:] {
+			a, b := find(ms[0]), find(m)
+			parent[max(a, b)] = min(a, b) // the smaller index roots: deterministic
+		}
+	}
+	byRoot := map[int]int{}
+	var comps []component
+	for m := range n {
+		r := find(m)
+		i, ok := byRoot[r]
+		if !ok {
+			i = len(comps)
+			byRoot[r] = i
+			comps = append(comps, component{})
+		}
+		comps[i].models = append(comps[i].models, m)
+	}
+	seen := map[int]bool{}
+	for i := range comps {
+		for _, m := range comps[i].models {
+			for _, e := range ix.modelEngines[m] {
+				if !seen[e] {
+					seen[e] = true
+					comps[i].engines = append(comps[i].engines, e)
+				}
+			}
+		}
+		slices.Sort(comps[i].engines)
+	}
+	return comps
+}
+
+func newSolution(p *Problem) *Solution {
+	s := &Solution{
+		Clusters: slices.Clone(p.Clusters),
+		Models:   slices.Clone(p.Models),
+		Engines:  make([]string, len(p.Engines)),
+		Demand:   make([][]float64, len(p.Clusters)),
+		Flow:     make([][][]float64, len(p.Clusters)),
+		Shed:     make([][]float64, len(p.Clusters)),
+		Load:     make([]float64, len(p.Engines)),
+		Marginal: make([]float64, len(p.Engines)),
+		Fallback: make([][]int, len(p.Clusters)),
+	}
+	for e := range p.Engines {
+		s.Engines[e] = p.Engines[e].Name
+	}
+	for c := range p.Clusters {
+		s.Demand[c] = slices.Clone(p.Demand[c])
+		s.Shed[c] = make([]float64, len(p.Models))
+		s.Fallback[c] = make([]int, len(p.Models))
+		s.Flow[c] = make([][]float64, len(p.Models))
+		for m := range p.Models {
+			s.Flow[c][m] = make([]float64, len(p.Engines))
+		}
+	}
+	return s
+}
+
+// finish derives the per-engine and summary fields from Flow and Shed.
+func (s *Solution) finish(p *Problem, ix *index) {
+	for c := range s.Flow {
+		for m := range s.Flow[c] {
+			for e, x := range s.Flow[c][m] {
+				s.Load[e] += x
+			}
+		}
+	}
+	shedCost := math.Max(s.Stats.ShedCost, p.Params.ShedCost)
+	s.Stats.ShedCost = shedCost
+	for e := range p.Engines {
+		s.Marginal[e] = shedCost // no room: one more req/s here is as bad as shedding it
+		if segs := ix.segs[e]; segs != nil {
+			if mg := marginalSlope(segs, s.Load[e]); !math.IsInf(mg, 1) {
+				s.Marginal[e] = mg
+			}
+		}
+	}
+	s.setFallbacks(p, ix)
+	s.setObjective(p, ix, shedCost)
+}
+
+func (s *Solution) setFallbacks(p *Problem, ix *index) {
+	for c := range s.Fallback {
+		for m := range s.Fallback[c] {
+			best, bestCost := -1, math.Inf(1)
+			for _, e := range ix.modelEngines[m] {
+				if cost := p.RTT[c][e] + s.Marginal[e]; cost < bestCost {
+					best, bestCost = e, cost
+				}
+			}
+			s.Fallback[c][m] = best
+		}
+	}
+}
+
+func (s *Solution) setObjective(p *Problem, ix *index, shedCost float64) {
+	obj, latency, routed := 0.0, 0.0, 0.0
+	for c := range s.Flow {
+		for m := range s.Flow[c] {
+			obj += shedCost * s.Shed[c][m]
+			for e, x := range s.Flow[c][m] {
+				if x == 0 {
+					continue
+				}
+				obj += x * p.RTT[c][e]
+				eng := &p.Engines[e]
+				latency += x * (p.RTT[c][e] + eng.Curve.Latency(s.Load[e], eng.Capacity))
+				routed += x
+			}
+			if ix.hasPrev {
+				obj += p.Params.MoveCost * movement(s.Flow[c][m], ix.prev[c][m])
+			}
+		}
+	}
+	for e, segs := range ix.segs {
+		obj += pwlCost(segs, s.Load[e])
+	}
+	s.Objective = obj
+	if routed > 0 {
+		s.MeanLatency = latency / routed
+	}
+}
+
+// movement is Σ_e |x_e − prev_e| for one (cluster, model).
+func movement(x []float64, prev []flow) float64 {
+	total := 0.0
+	for _, f := range x {
+		total += f
+	}
+	for _, pf := range prev {
+		total += math.Abs(x[pf.e]-pf.x) - x[pf.e]
+	}
+	return total
+}
