@@ -74,7 +74,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, cache: newPrefixCache(cfg.KVBlocks), slowdown: 1, stats: newStats()}, nil
+	return &Engine{cfg: cfg, cache: newPrefixCache(cfg.KVBlocks), slowdown: 1, stats: NewStats()}, nil
 }
 
 // Config returns the engine's configuration.

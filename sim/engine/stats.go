@@ -28,7 +28,9 @@ var (
 		240, 480, 960, 1920, 7680}
 )
 
-func newStats() Stats {
+// NewStats returns empty Stats with vLLM's histogram buckets, for callers that record
+// latencies of their own (the mock engine's fixed-latency mode).
+func NewStats() Stats {
 	return Stats{TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
 }
 
