@@ -13,7 +13,8 @@ const MinBlockBytes = 40
 // prompt is a sequence of blocks of exactly BlockBytes bytes, one per hash
 // id, so two requests whose first k hash ids are equal share exactly their
 // first k*BlockBytes bytes and differ in block k+1 (each block starts with a
-// tag derived from its id). Requests without hash ids get filler blocks, one
+// tag derived from its id). The text is printable ASCII without characters
+// that JSON encoders escape, so its size on the wire equals BlockBytes. Requests without hash ids get filler blocks, one
 // per BlockTokens input tokens, keyed by a caller-chosen request key, so
 // filler is unique per key and never equals a hash-id block.
 //
@@ -66,18 +67,18 @@ func (s *Synthesizer) AppendPrompt(dst []byte, r Request, key uint64) []byte {
 	return dst
 }
 
-// appendBlock writes "<kind:a.b> " then pseudo-random lowercase words drawn
+// appendBlock writes "[kind:a.b] " then pseudo-random lowercase words drawn
 // from a generator seeded by (seed, kind, a, b), padded to blockBytes and
 // ending in a space so words never run across blocks.
 func (s *Synthesizer) appendBlock(dst []byte, kind byte, a, b uint64) []byte {
 	start := len(dst)
-	dst = append(dst, '<', kind, ':')
+	dst = append(dst, '[', kind, ':')
 	dst = strconv.AppendUint(dst, a, 36)
 	if kind == 'u' {
 		dst = append(dst, '.')
 		dst = strconv.AppendUint(dst, b, 36)
 	}
-	dst = append(dst, '>', ' ')
+	dst = append(dst, ']', ' ')
 	state := mix(s.seed ^ mix(uint64(kind)<<56^a) ^ mix(b+0x632be59bd9b4e019))
 	end := start + s.blockBytes - 1
 	for wordLeft := 0; len(dst) < end; {
