@@ -1,0 +1,139 @@
+package picker
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+var benchSizes = []int{16, 256, 4096}
+
+// loadedTable is a default-config table whose endpoints carry about two requests in
+// flight each, placed by Pick itself, so the bounded-load checks see realistic counts.
+func loadedTable(b *testing.B, n int) *Table {
+	b.Helper()
+	tb := mustTable(b, DefaultConfig(), fleet(n, skewed), NewLoads())
+	var dst []int
+	for _, k := range keys(2*n, 17) {
+		r := tb.Pick(k, dst)
+		dst = r.Order
+		tb.Start(r.Order[0])
+	}
+	return tb
+}
+
+// BenchmarkPick is the per-request hot path: one Pick of a fresh key.
+func BenchmarkPick(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			tb := loadedTable(b, n)
+			ks := keys(1<<14, 19)
+			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				dst = tb.Pick(ks[i&(len(ks)-1)], dst).Order
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkPickStartDone adds the in-flight accounting and the header formatting a
+// request pays on top of Pick.
+func BenchmarkPickStartDone(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			tb := loadedTable(b, n)
+			ks := keys(1<<14, 19)
+			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			buf := make([]byte, 0, 128)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				dst = tb.Pick(ks[i&(len(ks)-1)], dst).Order
+				tk := tb.Start(dst[0])
+				buf = tb.AppendAddrs(buf[:0], dst)
+				tk.Done()
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkPickHotKey is the spill path: one key whose first choices are over their
+// bound, so Pick walks further down the key's order.
+func BenchmarkPickHotKey(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			tb := loadedTable(b, n)
+			const key = 0xabcdef
+			for range 4 * n { // pile the hot key's requests on, as a shared system prompt would
+				tb.Start(tb.Pick(key, nil).Order[0])
+			}
+			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = tb.Pick(key, dst).Order
+			}
+		})
+	}
+}
+
+// BenchmarkRendezvousScan is the baseline the table replaces: weighted rendezvous
+// hashing that scores every endpoint for every key, -ln(u)/w, keeping the best three.
+func BenchmarkRendezvousScan(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			eps := fleet(n, skewed)
+			hashes := make([]uint64, n)
+			inv := make([]float64, n)
+			for i, ep := range eps {
+				hashes[i], inv[i] = addrHash(ep.Address), 1/ep.Weight
+			}
+			ks := keys(1<<14, 19)
+			var best [3]int
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				best = scanTop3(ks[i&(len(ks)-1)], hashes, inv)
+				i++
+			}
+			_ = best
+		})
+	}
+}
+
+func scanTop3(key uint64, hashes []uint64, inv []float64) [3]int {
+	top := [3]int{-1, -1, -1}
+	score := [3]float64{math.Inf(1), math.Inf(1), math.Inf(1)}
+	for i, h := range hashes {
+		u := float64(mix(key^h)>>11+1) * (1.0 / (1 << 53))
+		s := -math.Log(u) * inv[i]
+		for j := range 3 {
+			if s < score[j] {
+				copy(score[j+1:], score[j:2])
+				copy(top[j+1:], top[j:2])
+				score[j], top[j] = s, i
+				break
+			}
+		}
+	}
+	return top
+}
+
+// BenchmarkNewTable is the cost of a swap: ranking every bucket at the default size.
+func BenchmarkNewTable(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			eps := fleet(n, skewed)
+			loads := NewLoads()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := NewTable(DefaultConfig(), eps, loads); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

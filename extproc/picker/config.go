@@ -1,0 +1,118 @@
+package picker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Endpoint is one engine as the table sees it.
+type Endpoint struct {
+	// Address is "ip:port", the string Envoy's override_host expects. It identifies the
+	// endpoint: its hash ranking and its in-flight counter are keyed by it.
+	Address string
+	// Engine is the engine's name (EDS endpoint metadata), carried for reporting.
+	Engine string
+	// Weight is the EDS weight times the local penalty factor. It must be finite and
+	// not negative; 0 leaves the endpoint out of the table. Only ratios matter.
+	Weight float64
+	// MaxInFlight is a hard cap on this endpoint's in-flight requests; 0 means
+	// Config.MaxInFlight applies.
+	MaxInFlight int64
+}
+
+// Limits of the table layout.
+const (
+	// MaxEndpoints is the most endpoints a table holds (candidates are stored as uint16).
+	MaxEndpoints = math.MaxUint16
+	// MaxCandidatesPerBucket bounds Config.Candidates.
+	MaxCandidatesPerBucket = 8
+	// MaxExamined bounds Config.MaxExamined (the per-pick scratch space lives on the stack).
+	MaxExamined = 64
+)
+
+// Config shapes a table. Start from DefaultConfig; NewTable never fills in defaults.
+type Config struct {
+	// Buckets is the number of key buckets, a power of two in [2^8, 2^24]. Every sidecar
+	// must use the same value, or the same key maps differently. Shares are quantized to
+	// 1/Buckets: an endpoint with share s gets s×Buckets buckets, give or take
+	// sqrt(s×Buckets). Memory is Buckets × Candidates × 2 bytes.
+	Buckets int
+	// Candidates is how many ranked endpoints each bucket stores, in [1, 8]. Picks that
+	// need more walk on to the following buckets.
+	Candidates int
+	// Fallbacks is how many endpoints follow the primary in the list Pick returns.
+	Fallbacks int
+	// Epsilon is the bounded-load slack ε > 0: an endpoint takes a new request only
+	// while its in-flight count is below (1+ε) × its weighted share of all in-flight
+	// requests (counting the new one).
+	Epsilon float64
+	// MaxInFlight is the default hard per-endpoint cap; 0 means no cap. An endpoint at
+	// its cap is never returned, and when every examined endpoint is at its cap Pick
+	// reports AtLimit so the caller can shed.
+	MaxInFlight int64
+	// MaxExamined bounds how many distinct endpoints one Pick examines, in
+	// [Fallbacks+1, 64]. It bounds the cost of a pick when most endpoints are loaded.
+	MaxExamined int
+}
+
+// DefaultConfig returns the configuration the sidecar uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{
+		Buckets:     1 << 18,
+		Candidates:  4,
+		Fallbacks:   2,
+		Epsilon:     0.25,
+		MaxInFlight: 0,
+		MaxExamined: 16,
+	}
+}
+
+// Validate reports every field that is out of range, naming it.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Buckets < 1<<8 || c.Buckets > 1<<24 || bits.OnesCount(uint(c.Buckets)) != 1 {
+		errs = append(errs, fmt.Errorf("picker: buckets is %d: want a power of two in [256, 16777216]", c.Buckets))
+	}
+	if c.Candidates < 1 || c.Candidates > MaxCandidatesPerBucket {
+		errs = append(errs, fmt.Errorf("picker: candidates is %d: want 1..%d", c.Candidates, MaxCandidatesPerBucket))
+	}
+	if c.Fallbacks < 0 || c.Fallbacks >= MaxExamined {
+		errs = append(errs, fmt.Errorf("picker: fallbacks is %d: want 0..%d", c.Fallbacks, MaxExamined-1))
+	}
+	if !(c.Epsilon > 0) || math.IsInf(c.Epsilon, 0) {
+		errs = append(errs, fmt.Errorf("picker: epsilon is %v: want a finite value > 0", c.Epsilon))
+	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("picker: maxInFlight is %d: want >= 0 (0 means no cap)", c.MaxInFlight))
+	}
+	if c.MaxExamined < c.Fallbacks+1 || c.MaxExamined > MaxExamined {
+		errs = append(errs, fmt.Errorf("picker: maxExamined is %d: want %d..%d (at least fallbacks+1)",
+			c.MaxExamined, c.Fallbacks+1, MaxExamined))
+	}
+	return errors.Join(errs...)
+}
+
+// validateEndpoints checks what NewTable is given, naming the offending entry.
+func validateEndpoints(eps []Endpoint) error {
+	if len(eps) > MaxEndpoints {
+		return fmt.Errorf("picker: %d endpoints: at most %d fit in a table", len(eps), MaxEndpoints)
+	}
+	seen := make(map[string]int, len(eps))
+	for i, ep := range eps {
+		switch {
+		case ep.Address == "":
+			return fmt.Errorf("picker: endpoints[%d] has no address", i)
+		case math.IsNaN(ep.Weight) || math.IsInf(ep.Weight, 0) || ep.Weight < 0:
+			return fmt.Errorf("picker: endpoints[%d] (%s) has weight %v: want a finite value >= 0", i, ep.Address, ep.Weight)
+		case ep.MaxInFlight < 0:
+			return fmt.Errorf("picker: endpoints[%d] (%s) has maxInFlight %d: want >= 0", i, ep.Address, ep.MaxInFlight)
+		}
+		if j, dup := seen[ep.Address]; dup {
+			return fmt.Errorf("picker: endpoints[%d] and endpoints[%d] share address %s: merge them first", j, i, ep.Address)
+		}
+		seen[ep.Address] = i
+	}
+	return nil
+}

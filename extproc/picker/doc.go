@@ -1,0 +1,39 @@
+// Package picker chooses, for one request, an ordered list of engines (a primary and
+// fallbacks) from a uint64 prefix key, by weighted consistent hashing with bounded loads.
+//
+// # Model
+//
+// The key space is cut into a fixed number of buckets (Config.Buckets, a power of two).
+// Each bucket ranks every endpoint by weighted rendezvous hashing: endpoint i scores
+// E[i,b]/w[i] in bucket b, where E[i,b] ~ Exp(1) depends only on the endpoint's address
+// and b, and the lowest score wins. A bucket keeps its best Config.Candidates endpoints.
+// This is the exponential-race form of weighted rendezvous hashing (Schindelhauer and
+// Schomaker 2005; Efraimidis and Spirakis 2006): endpoint i wins a bucket with
+// probability w[i]/Σw, and when one weight changes only the buckets that endpoint wins
+// or loses change owner, so about δ of the keys move when its share moves by δ.
+//
+// The E[i,b] are not computed for every (i, b) pair: each endpoint owns a Poisson
+// process of rate 1 per bucket over E, generated lazily in increasing E from a seed
+// derived from its address. The build draws points below a score threshold that it
+// doubles until the ranking is settled, so building costs O(Buckets × Candidates), not
+// O(Buckets × endpoints). See build.go.
+//
+// Bounded loads (Mirrokni, Thorup and Zadimoghaddam 2018, "Consistent Hashing with
+// Bounded Loads"): an endpoint whose in-flight count is not below (1+ε) × its weighted
+// share of total in-flight (counting the new request) is passed over for the next
+// endpoint in the key's order, so a hot key spills instead of melting one engine.
+//
+// # Invariants
+//
+//   - A Table is immutable after NewTable returns. Pick takes no locks, allocates
+//     nothing when dst has room, and only reads atomic in-flight counters.
+//   - Two tables built from the same endpoint set (in any order) with the same Config
+//     rank every key identically, on any machine with IEEE-754 float64 and the same
+//     math.Log; with the same in-flight counts they Pick identically. This is what lets
+//     independent sidecars keep prefix affinity without talking to each other.
+//   - In-flight counters live in a Loads, keyed by address, so they survive table swaps.
+//     Tables built for the same pool of engines share one Loads; every Start is paired
+//     with exactly one Ticket.Done.
+//   - Endpoints with weight 0 are not in the table. Endpoints at their hard in-flight
+//     limit are never returned.
+package picker

@@ -1,0 +1,98 @@
+package picker
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// counter is one endpoint's in-flight count, padded to its own cache line so that
+// picks on different endpoints do not contend.
+type counter struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+// Loads tracks in-flight requests per endpoint address. It outlives the tables that
+// point into it, so a request started under one table is finished correctly under the
+// next. Use one Loads per pool of engines whose tables replace each other (for
+// example one per EDS cluster): its total is the denominator of every fair share.
+//
+// Loads is safe for concurrent use. Only table builds, Prune and InFlight take its
+// mutex; Start, Done and Pick use atomics.
+type Loads struct {
+	total counter
+
+	mu     sync.Mutex
+	byAddr map[string]*counter
+}
+
+// NewLoads returns an empty tracker.
+func NewLoads() *Loads {
+	return &Loads{byAddr: make(map[string]*counter)}
+}
+
+// Total is the number of requests in flight across every address, including
+// addresses that have left the current table but still have requests running.
+func (l *Loads) Total() int64 { return l.total.n.Load() }
+
+// InFlight is the number of requests in flight to addr.
+func (l *Loads) InFlight(addr string) int64 {
+	l.mu.Lock()
+	c := l.byAddr[addr]
+	l.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	return c.n.Load()
+}
+
+// Prune forgets the counters of addresses that are not in keep and have nothing in
+// flight, so a churning fleet does not grow the map forever. Call it after swapping
+// in keep. It returns how many counters it forgot. A request that an older table
+// starts on a forgotten address afterwards still finishes correctly (its Ticket holds
+// the counter); the address merely starts from zero if it comes back.
+func (l *Loads) Prune(keep *Table) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for addr, c := range l.byAddr {
+		if _, live := keep.index[addr]; live || c.n.Load() != 0 {
+			continue
+		}
+		delete(l.byAddr, addr)
+		n++
+	}
+	return n
+}
+
+// counters returns the counter for each address, creating missing ones.
+func (l *Loads) counters(eps []Endpoint) []*counter {
+	out := make([]*counter, len(eps))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, ep := range eps {
+		c := l.byAddr[ep.Address]
+		if c == nil {
+			c = new(counter)
+			l.byAddr[ep.Address] = c
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// Ticket is one started request. Call Done exactly once when the request ends
+// (response complete, reset or timeout). The zero Ticket's Done does nothing.
+type Ticket struct {
+	c     *counter
+	total *counter
+}
+
+// Done records that the request has ended.
+func (t Ticket) Done() {
+	if t.c == nil {
+		return
+	}
+	t.c.n.Add(-1)
+	t.total.n.Add(-1)
+}

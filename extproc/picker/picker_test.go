@@ -1,0 +1,339 @@
+package picker
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Two sidecars build their tables independently (different input order, different
+// Loads) and must agree on every key, with and without load.
+func TestTwoSidecarsAgree(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{{"one", 1}, {"three", 3}, {"sixteen", 16}, {"three-hundred", 300}} {
+		t.Run(tc.name, func(t *testing.T) {
+			eps := fleet(tc.n, skewed)
+			shuffled := slices.Clone(eps)
+			rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) {
+				shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
+			})
+			a := mustTable(t, testConfig(), eps, NewLoads())
+			b := mustTable(t, testConfig(), shuffled, NewLoads())
+			var da, db []int
+			var sa, sb []byte
+			// A hot key mixed with cold ones: both sidecars start the same requests, so
+			// their in-flight state stays equal and spills must match too.
+			ks := keys(20000, 7)
+			for i, k := range ks {
+				if i%3 == 0 {
+					k = ks[0]
+				}
+				ra, rb := a.Pick(k, da[:0]), b.Pick(k, db[:0])
+				da, db = ra.Order, rb.Order
+				sa, sb = a.AppendAddrs(sa[:0], da), b.AppendAddrs(sb[:0], db)
+				if string(sa) != string(sb) || ra.Spilled != rb.Spilled {
+					t.Fatalf("key %d (%#x): sidecar A picks %q (spilled %v), B picks %q (spilled %v)",
+						i, k, sa, ra.Spilled, sb, rb.Spilled)
+				}
+				if i%2 == 0 { // leave every other request in flight
+					a.Start(da[0])
+					b.Start(db[0])
+				}
+			}
+		})
+	}
+}
+
+func TestSharesFollowWeights(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      int
+		weight func(int) float64
+		tol    float64 // relative
+	}{
+		// The noise is bucket quantization plus key sampling: relative σ ≈
+		// sqrt(1/(share·2^18) + 1/(share·2^20)), 0.4% to 1% at 8 endpoints and 3.5% for
+		// the lightest of 64 (share 0.4%). Tolerances are about 3σ.
+		{"equal-8", 8, equal, 0.03},
+		{"skewed-8", 8, skewed, 0.03},
+		{"skewed-64", 64, skewed, 0.10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig() // 2^18 buckets: the quantization the sidecar runs with
+			eps := fleet(tc.n, tc.weight)
+			tb := mustTable(t, cfg, eps, NewLoads())
+			got := primaryShares(tb, keys(1<<20, 3))
+			sum := 0.0
+			for _, ep := range eps {
+				sum += ep.Weight
+			}
+			worst := 0.0
+			for _, ep := range eps {
+				want := ep.Weight / sum
+				rel := math.Abs(got[ep.Address]/want - 1)
+				worst = max(worst, rel)
+				if rel > tc.tol {
+					t.Errorf("%s: share %.4f, want %.4f (off by %.1f%%, tolerance %.0f%%)",
+						ep.Address, got[ep.Address], want, 100*rel, 100*tc.tol)
+				}
+			}
+			t.Logf("worst relative share error over %d endpoints: %.2f%%", tc.n, 100*worst)
+		})
+	}
+}
+
+func TestZeroWeightsExcluded(t *testing.T) {
+	eps := fleet(12, func(i int) float64 { return float64(i % 3) }) // every third is 0
+	tb := mustTable(t, testConfig(), eps, NewLoads())
+	if tb.Len() != 8 {
+		t.Fatalf("Len() = %d, want 8 (4 of 12 endpoints have weight 0)", tb.Len())
+	}
+	zero := map[string]bool{}
+	for _, ep := range eps {
+		if ep.Weight == 0 {
+			zero[ep.Address] = true
+			if _, ok := tb.Lookup(ep.Address); ok {
+				t.Errorf("Lookup(%s) found a zero-weight endpoint", ep.Address)
+			}
+		}
+	}
+	var dst []int
+	for _, k := range keys(50000, 4) {
+		r := tb.Pick(k, dst)
+		dst = r.Order
+		for _, i := range r.Order {
+			if zero[tb.Endpoint(i).Address] {
+				t.Fatalf("key %#x: order %v includes zero-weight %s", k, r.Order, tb.Endpoint(i).Address)
+			}
+		}
+	}
+}
+
+func TestEmptyTablePicksNothing(t *testing.T) {
+	tb := mustTable(t, testConfig(), fleet(3, func(int) float64 { return 0 }), NewLoads())
+	r := tb.Pick(42, make([]int, 0, 3))
+	if len(r.Order) != 0 || r.AtLimit || r.Spilled {
+		t.Fatalf("Pick on an empty table = %+v, want an empty order and no flags", r)
+	}
+	if _, ok := tb.Utilization(); ok {
+		t.Error("Utilization() ok on an empty table")
+	}
+}
+
+func TestOrderIsDistinctAndSized(t *testing.T) {
+	for _, tc := range []struct {
+		n, fallbacks, want int
+	}{{1, 2, 1}, {2, 2, 2}, {3, 2, 3}, {50, 2, 3}, {50, 0, 1}, {50, 7, 8}, {4, 7, 4}} {
+		cfg := testConfig()
+		cfg.Fallbacks = tc.fallbacks
+		tb := mustTable(t, cfg, fleet(tc.n, skewed), NewLoads())
+		for _, k := range keys(5000, 5) {
+			o := tb.Pick(k, nil).Order
+			if len(o) != tc.want {
+				t.Fatalf("n=%d fallbacks=%d: len(order) = %d, want %d", tc.n, tc.fallbacks, len(o), tc.want)
+			}
+			s := slices.Clone(o)
+			slices.Sort(s)
+			if len(slices.Compact(s)) != len(o) {
+				t.Fatalf("n=%d: order %v repeats an endpoint", tc.n, o)
+			}
+		}
+	}
+}
+
+// A hot key keeps its primary until the primary reaches (1+ε) × its share of the
+// total in flight, then spills to the key's next endpoint; no endpoint ever exceeds
+// its bound.
+func TestHotKeySpillsAtBound(t *testing.T) {
+	for _, eps := range []float64{0.1, 0.25, 1} {
+		cfg := testConfig()
+		cfg.Epsilon = eps
+		tb := mustTable(t, cfg, fleet(8, skewed), NewLoads())
+		const key = 0xfeedface
+		unloaded := tb.Pick(key, nil).Order
+		spills := 0
+		for step := range 400 {
+			r := tb.Pick(key, nil)
+			if r.Spilled {
+				spills++
+			}
+			if step == 0 && (r.Spilled || r.Order[0] != unloaded[0]) {
+				t.Fatalf("ε=%v: first pick %+v, want the unloaded primary %d", eps, r, unloaded[0])
+			}
+			first := -1
+			if r.Spilled {
+				first = r.Order[0]
+			}
+			if spills == 1 && first >= 0 && first != unloaded[1] {
+				t.Fatalf("ε=%v: first spill went to %d, want the key's second choice %d", eps, first, unloaded[1])
+			}
+			tb.Start(r.Order[0])
+			total := float64(tb.loadsTotal())
+			for i := range tb.Len() {
+				bound := math.Ceil(tb.bound[i] * total)
+				if float64(tb.InFlight(i)) > bound {
+					t.Fatalf("ε=%v step %d: endpoint %d has %d in flight, bound ⌈(1+ε)·share·total⌉ = %v",
+						eps, step, i, tb.InFlight(i), bound)
+				}
+			}
+		}
+		if spills == 0 {
+			t.Errorf("ε=%v: 400 requests for one key never spilled", eps)
+		}
+		t.Logf("ε=%v: %d of 400 requests for one hot key spilled", eps, spills)
+	}
+}
+
+func (t *Table) loadsTotal() int64 { return t.total.n.Load() }
+
+func TestHardCapReportsAtLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxInFlight = 2
+	eps := fleet(3, equal)
+	eps[2].MaxInFlight = 1 // per-endpoint cap overrides the default
+	tb := mustTable(t, cfg, eps, NewLoads())
+	var tickets []Ticket
+	for range 5 { // capacity 2+2+1
+		r := tb.Pick(99, nil)
+		if r.AtLimit || len(r.Order) == 0 {
+			t.Fatalf("after %d starts: Pick = %+v, want a free endpoint", len(tickets), r)
+		}
+		tickets = append(tickets, tb.Start(r.Order[0]))
+	}
+	if u, ok := tb.Utilization(); !ok || u != 1 {
+		t.Errorf("Utilization() = %v, %v; want 1, true", u, ok)
+	}
+	r := tb.Pick(99, nil)
+	if !r.AtLimit || len(r.Order) != 0 {
+		t.Fatalf("every endpoint at its cap: Pick = %+v, want AtLimit and an empty order", r)
+	}
+	tickets[0].Done()
+	r = tb.Pick(99, nil)
+	if r.AtLimit || len(r.Order) != 1 {
+		t.Fatalf("after one Done: Pick = %+v, want exactly the freed endpoint", r)
+	}
+	Ticket{}.Done() // the zero ticket is harmless
+}
+
+// Counters live in Loads, so a request started under one table ends under the next.
+func TestCountersSurviveSwapAndPrune(t *testing.T) {
+	loads := NewLoads()
+	eps := fleet(4, equal)
+	old := mustTable(t, testConfig(), eps, loads)
+	tk := old.Start(0)
+	addr := old.Endpoint(0).Address
+
+	eps[0].Weight = 5
+	eps[3].Weight = 0 // 3 leaves the table
+	next := mustTable(t, testConfig(), eps, loads)
+	i, _ := next.Lookup(addr)
+	if got := next.InFlight(i); got != 1 {
+		t.Fatalf("new table sees %d in flight at %s, want 1", got, addr)
+	}
+	if got := loads.Prune(next); got != 1 {
+		t.Errorf("Prune forgot %d counters, want 1 (the idle removed endpoint)", got)
+	}
+	tk.Done()
+	if got, total := next.InFlight(i), loads.Total(); got != 0 || total != 0 {
+		t.Fatalf("after Done: in flight %d, total %d; want 0, 0", got, total)
+	}
+	// A removed address with requests still in flight keeps its counter.
+	tk = next.Start(i)
+	eps[0].Weight = 0
+	last := mustTable(t, testConfig(), eps, loads)
+	loads.Prune(last)
+	if loads.InFlight(addr) != 1 {
+		t.Fatalf("Prune dropped %s while a request was in flight", addr)
+	}
+	tk.Done()
+}
+
+func TestPickAndFormatDoNotAllocate(t *testing.T) {
+	tb := mustTable(t, testConfig(), fleet(64, skewed), NewLoads())
+	ks := keys(1024, 9)
+	dst := make([]int, 0, tb.cfg.Fallbacks+1)
+	buf := make([]byte, 0, 256)
+	j := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		r := tb.Pick(ks[j%len(ks)], dst)
+		tk := tb.Start(r.Order[0])
+		buf = tb.AppendAddrs(buf[:0], r.Order)
+		tk.Done()
+		j++
+	})
+	if allocs != 0 {
+		t.Fatalf("Pick+Start+AppendAddrs+Done allocates %v times per request, want 0", allocs)
+	}
+}
+
+func TestAppendAddrs(t *testing.T) {
+	tb := mustTable(t, testConfig(), fleet(3, equal), NewLoads())
+	for _, tc := range []struct {
+		order []int
+		want  string
+	}{
+		{nil, ""},
+		{[]int{1}, "10.0.0.1:8000"},
+		{[]int{2, 0, 1}, "10.0.0.2:8000,10.0.0.0:8000,10.0.0.1:8000"},
+	} {
+		if got := string(tb.AppendAddrs([]byte("x="), tc.order)); got != "x="+tc.want {
+			t.Errorf("AppendAddrs(%v) = %q, want %q", tc.order, got, "x="+tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		edit  func(*Config)
+	}{
+		{"buckets", func(c *Config) { c.Buckets = 1000 }},
+		{"buckets", func(c *Config) { c.Buckets = 128 }},
+		{"candidates", func(c *Config) { c.Candidates = 0 }},
+		{"candidates", func(c *Config) { c.Candidates = 9 }},
+		{"fallbacks", func(c *Config) { c.Fallbacks = -1 }},
+		{"epsilon", func(c *Config) { c.Epsilon = 0 }},
+		{"epsilon", func(c *Config) { c.Epsilon = math.NaN() }},
+		{"maxInFlight", func(c *Config) { c.MaxInFlight = -1 }},
+		{"maxExamined", func(c *Config) { c.MaxExamined = 2 }}, // below fallbacks+1 = 3
+		{"maxExamined", func(c *Config) { c.MaxExamined = 65 }},
+	} {
+		c := DefaultConfig()
+		tc.edit(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: Validate() = %v, want an error naming %s", c, err, tc.field)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+func TestNewTableRejectsBadEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func([]Endpoint)
+		loads *Loads
+		want  string
+	}{
+		{"duplicate", func(e []Endpoint) { e[2].Address = e[0].Address }, NewLoads(), "share address"},
+		{"negative", func(e []Endpoint) { e[1].Weight = -1 }, NewLoads(), "endpoints[1]"},
+		{"nan", func(e []Endpoint) { e[1].Weight = math.NaN() }, NewLoads(), "weight NaN"},
+		{"inf", func(e []Endpoint) { e[0].Weight = math.Inf(1) }, NewLoads(), "weight +Inf"},
+		{"no-address", func(e []Endpoint) { e[1].Address = "" }, NewLoads(), "no address"},
+		{"negative-cap", func(e []Endpoint) { e[1].MaxInFlight = -3 }, NewLoads(), "maxInFlight"},
+		{"no-loads", func([]Endpoint) {}, nil, "Loads"},
+	} {
+		eps := fleet(3, equal)
+		tc.edit(eps)
+		_, err := NewTable(testConfig(), eps, tc.loads)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewTable error = %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}

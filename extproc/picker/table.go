@@ -1,0 +1,213 @@
+package picker
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Table is an immutable ranking of endpoints for every key, plus pointers into the
+// shared in-flight counters. Build a new one whenever the endpoints, weights or
+// penalties change and publish it with an atomic.Pointer; readers never lock.
+type Table struct {
+	cfg   Config
+	eps   []Endpoint // weight > 0, sorted by address; indices are positions here
+	bound []float64  // (1+ε) × weight share
+	limit []int64    // hard cap; math.MaxInt64 when none
+	ctr   []*counter
+	total *counter
+	index map[string]int
+
+	slots     []uint16 // Buckets × k candidates, best first, emptySlot-padded
+	k         int
+	mask      uint32
+	shift     uint
+	want      int // entries Pick tries to return: min(Fallbacks+1, n)
+	maxExam   int // distinct endpoints Pick may examine: min(MaxExamined, n)
+	maxProbe  int // buckets Pick may visit
+	capTotal  int64
+	allCapped bool
+}
+
+// Result is the outcome of one Pick.
+type Result struct {
+	// Order lists endpoint indices, primary first, all distinct and none at its hard
+	// cap. Endpoints within their bounded-load share come first, in the key's order,
+	// then endpoints over it (still under the cap), in the key's order. It is empty
+	// when the table is empty or AtLimit is set: the caller should shed.
+	Order []int
+	// Spilled is set when the key's first-ranked endpoint is not the primary because
+	// of load (bounded-load spill or hard cap).
+	Spilled bool
+	// AtLimit is set when every endpoint Pick examined is at its hard cap.
+	AtLimit bool
+}
+
+// NewTable ranks the endpoints with positive weight and links them to their in-flight
+// counters in loads (creating the counters that are missing). The input order does
+// not matter. It returns an error naming the first bad field; an empty table (no
+// positive weight) is valid and picks nothing.
+//
+// Building costs about Buckets × Candidates random draws (tens of milliseconds at the
+// default size): build off the hot path and swap.
+func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if loads == nil {
+		return nil, fmt.Errorf("picker: NewTable needs a Loads (use one per engine pool, shared by its tables)")
+	}
+	if err := validateEndpoints(endpoints); err != nil {
+		return nil, err
+	}
+	eps := make([]Endpoint, 0, len(endpoints))
+	for _, ep := range endpoints {
+		if ep.Weight > 0 {
+			eps = append(eps, ep)
+		}
+	}
+	slices.SortFunc(eps, func(a, b Endpoint) int { return strings.Compare(a.Address, b.Address) })
+
+	n := len(eps)
+	t := &Table{
+		cfg:      cfg,
+		eps:      eps,
+		bound:    make([]float64, n),
+		limit:    make([]int64, n),
+		ctr:      loads.counters(eps),
+		total:    &loads.total,
+		index:    make(map[string]int, n),
+		k:        min(cfg.Candidates, max(n, 1)),
+		mask:     uint32(cfg.Buckets - 1),
+		shift:    uint(64 - log2(cfg.Buckets)),
+		want:     min(cfg.Fallbacks+1, n),
+		maxExam:  min(cfg.MaxExamined, n),
+		maxProbe: 4 * cfg.MaxExamined,
+	}
+	sum := 0.0
+	for _, ep := range eps {
+		sum += ep.Weight
+	}
+	t.allCapped = n > 0
+	for i, ep := range eps {
+		t.index[ep.Address] = i
+		t.bound[i] = (1 + cfg.Epsilon) * ep.Weight / sum
+		t.limit[i] = cmp.Or(ep.MaxInFlight, cfg.MaxInFlight, math.MaxInt64)
+		if t.limit[i] == math.MaxInt64 {
+			t.allCapped = false
+		} else {
+			t.capTotal += t.limit[i]
+		}
+	}
+	if n > 0 {
+		t.slots = rank(eps, cfg.Buckets, t.k)
+	}
+	return t, nil
+}
+
+// Pick returns the key's preference list, honouring bounded loads and hard caps. It
+// appends to dst[:0] and allocates nothing when cap(dst) ≥ Fallbacks+1. It only reads
+// the in-flight counters: call Start on the endpoint the request is sent to.
+//
+// Concurrent picks read counters without coordination, so simultaneous requests may
+// overshoot a bound or cap by at most the number of concurrent pickers.
+func (t *Table) Pick(key uint64, dst []int) Result {
+	dst = dst[:0]
+	if len(t.eps) == 0 {
+		return Result{Order: dst}
+	}
+	var seen, over [MaxExamined]uint16
+	nseen, nover := 0, 0
+	// Mirrokni et al. count the arriving request in the total it must fit under.
+	total := float64(t.total.n.Load() + 1)
+	b := uint32(mix(key) >> t.shift)
+	for probe := 0; probe < t.maxProbe && nseen < t.maxExam && len(dst) < t.want; probe++ {
+		base := int((b+uint32(probe))&t.mask) * t.k
+		for _, c := range t.slots[base : base+t.k] {
+			if c == emptySlot {
+				break
+			}
+			if slices.Contains(seen[:nseen], c) {
+				continue
+			}
+			seen[nseen] = c
+			nseen++
+			in := t.ctr[c].n.Load()
+			switch {
+			case in >= t.limit[c]:
+				// At the hard cap: never returned.
+			case float64(in) < t.bound[c]*total:
+				// in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total for integer in.
+				dst = append(dst, int(c))
+			default:
+				over[nover] = c
+				nover++
+			}
+			if nseen == t.maxExam || len(dst) == t.want {
+				break
+			}
+		}
+	}
+	for _, c := range over[:nover] {
+		if len(dst) == t.want {
+			break
+		}
+		dst = append(dst, int(c))
+	}
+	if len(dst) == 0 {
+		return Result{Order: dst, Spilled: true, AtLimit: true}
+	}
+	return Result{Order: dst, Spilled: dst[0] != int(seen[0])}
+}
+
+// Start records a request sent to endpoint i and returns the ticket that ends it.
+func (t *Table) Start(i int) Ticket {
+	c := t.ctr[i]
+	c.n.Add(1)
+	t.total.n.Add(1)
+	return Ticket{c: c, total: t.total}
+}
+
+// Len is the number of endpoints in the table (those with positive weight).
+func (t *Table) Len() int { return len(t.eps) }
+
+// Endpoint returns endpoint i as given to NewTable.
+func (t *Table) Endpoint(i int) Endpoint { return t.eps[i] }
+
+// Lookup returns the index of the endpoint at addr, for mapping an observed upstream
+// host back to the table.
+func (t *Table) Lookup(addr string) (int, bool) {
+	i, ok := t.index[addr]
+	return i, ok
+}
+
+// InFlight is the number of requests in flight to endpoint i, across all tables that
+// share this table's Loads.
+func (t *Table) InFlight(i int) int64 { return t.ctr[i].n.Load() }
+
+// Utilization is total in-flight over the sum of the endpoints' hard caps. ok is false
+// when some endpoint has no cap (or the table is empty): then no capacity is known.
+func (t *Table) Utilization() (u float64, ok bool) {
+	if !t.allCapped {
+		return 0, false
+	}
+	return float64(t.total.n.Load()) / float64(t.capTotal), true
+}
+
+// Config returns the configuration the table was built with.
+func (t *Table) Config() Config { return t.cfg }
+
+// AppendAddrs appends the addresses of order, comma-separated ("ip:port,ip:port"), to
+// dst: the value of x-gateway-destination-endpoint and of the envoy.lb metadata. It
+// allocates nothing when dst has room.
+func (t *Table) AppendAddrs(dst []byte, order []int) []byte {
+	for j, i := range order {
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, t.eps[i].Address...)
+	}
+	return dst
+}
