@@ -75,7 +75,7 @@ func newMetrics() *metrics {
 		reloadErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_fleet_reload_errors_total", Help: "Fleet files rejected; the last good one stayed in use."}),
 		publishes:    prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_publishes_total", Help: "Snapshot versions published."}),
 		nacks:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_control_xds_nacks_total", Help: "xDS responses rejected by a client."}, []string{"node", "type_url"}),
-		version:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_snapshot_version", Help: "Newest published snapshot version."}),
+		version:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_snapshot_version", Help: "Number of snapshot versions this server instance has published."}),
 	}
 	m.reg.MustRegister(m.reloads, m.reloadErrors, m.publishes, m.nacks, m.version,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -171,17 +171,9 @@ func (s *Server) apply(ctx context.Context, f *fleet.Fleet) error {
 	s.metrics.reloads.Inc()
 	if len(changed) > 0 {
 		s.metrics.publishes.Inc()
-		if v, err := parseVersion(s.pub.Version()); err == nil {
-			s.metrics.version.Set(v)
-		}
+		s.metrics.version.Set(float64(s.pub.Sequence()))
 	}
 	return nil
-}
-
-func parseVersion(v string) (float64, error) {
-	var f float64
-	_, err := fmt.Sscan(v, &f)
-	return f, err
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {

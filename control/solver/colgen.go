@@ -9,21 +9,29 @@ import (
 	"time"
 )
 
-// compSolver solves one component by column generation. The LP:
+// compSolver solves one component by column generation. Every quantity is
+// written as a reference value plus convex piecewise-linear moves around it:
 //
-//	rows   demand (c,m):  Σ_e (p − n) + s       = D[c,m] − Σ_e prev[c,m,e]
-//	       load e:        Σ_{c,m} (p − n) − Σ_k y = −Σ_{c,m} prev[c,m,e]
-//	cols   p ≥ 0          cost RTT + μ   (flow added to a route)
-//	       0 ≤ n ≤ prev   cost μ − RTT   (flow taken off a route)
-//	       0 ≤ y_k ≤ w_k  cost slope_k   (engine load segments, convex)
-//	       0 ≤ s ≤ D      cost M         (shed)
+//	x[c,m,e] = x0 + Σ up − Σ down   (route flow; cost RTT·x + μ|x − prev|)
+//	load[e]  = L0 + Σ up − Σ down   (engine load; cost Σ_k slope_k·segment_k)
+//	shed[c,m] = s0 + up − down      (cost M·shed)
 //
-// so x = prev + p − n and the movement term μ|x − prev| costs no extra rows
-// (design.md §10). Without a Prev there are no n columns and μ is 0. Only
-// the routes in the active set get columns; after each LP, every left-out
-// route (which has prev = 0, so only a p column) is priced with the row duals
-// u and v: RTT + μ − u[c,m] − v[e]. Routes with negative reduced cost join
-// the set, and when none is left the LP optimum is the full problem's.
+//	rows  demand (c,m):  Σ_e Δx + Δs = D − Σ_e x0 − s0
+//	      load e:        Σ Δx − ΔL  = L0 − Σ x0
+//
+// Each piece is a bounded column whose cost is ± the slope of the piece of
+// the convex function it walks; convexity makes the LP walk pieces in order,
+// so no extra rows are needed (the movement term of design.md §10 is the
+// special case x0 = prev). The reference is a greedy feasible assignment that
+// starts from Prev, so all rows start balanced and the simplex begins at a
+// point already close to the optimum: lanl/clp cannot load a starting basis,
+// and this is the warm start its API allows.
+//
+// Only active routes have columns, and only engines with an active route
+// have a row. After each LP every left-out route (x0 = prev = 0, so a single
+// up column) is priced with the row duals u and v: RTT + μ − u[c,m] − v[e],
+// with v[e] = −slope₁ for an engine without a row. Routes with negative
+// reduced cost join; when none is left the LP optimum is the full problem's.
 type compSolver struct {
 	p        *Problem
 	ix       *index
@@ -31,11 +39,17 @@ type compSolver struct {
 	engines  []int       // problem engine index by local index
 	local    map[int]int // problem engine index → local index
 	rows     []demandRow
-	active   []bool // [row·len(engines) + local engine]
-	pairs    []route
+	routeAt  []int32 // [row·len(engines) + local engine] → index in routes, −1 when inactive
+	routes   []route
+	engRow   []int     // LP row of each local engine, −1 without active routes
+	load0    []float64 // reference load per local engine
+	shed0    []float64 // reference shed per row
 	mu       float64
 	shedCost float64
 	b        lp
+	cols     []colRef // what each LP column moves, for extract
+	pieces   []piece  // scratch
+	fsegs    []segment
 }
 
 type demandRow struct {
@@ -50,9 +64,24 @@ type cand struct {
 }
 
 type route struct {
-	r, le     int
-	rtt, prev float64
+	r, le         int
+	rtt, prev, x0 float64
 }
+
+// colRef says which quantity an LP column moves and in which direction.
+type colRef struct {
+	kind colKind
+	dir  int8
+	idx  int32 // route index, or row index for shed
+}
+
+type colKind uint8
+
+const (
+	routeCol colKind = iota
+	loadCol
+	shedCol
+)
 
 func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver {
 	cs := &compSolver{p: p, ix: ix, o: o, engines: comp.engines, local: make(map[int]int, len(comp.engines))}
@@ -82,7 +111,13 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 		}
 	}
 	cs.shedCost = cs.shedBound(maxRTT)
-	cs.active = make([]bool, len(cs.rows)*len(cs.engines))
+	cs.routeAt = make([]int32, len(cs.rows)*len(cs.engines))
+	for i := range cs.routeAt {
+		cs.routeAt[i] = -1
+	}
+	cs.engRow = make([]int, len(cs.engines))
+	cs.load0 = make([]float64, len(cs.engines))
+	cs.shed0 = make([]float64, len(cs.rows))
 	return cs
 }
 
@@ -108,18 +143,23 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 		return nil
 	}
 	sol.Stats.Components++
-	cs.seed()
+	cs.activatePrev()
+	if cs.o.colgen {
+		cs.seed()
+	} else {
+		cs.activateAll()
+		cs.referenceFromPrev()
+	}
 	var res lpResult
 	for round := 0; ; round++ {
-		full := !cs.o.colgen || round == cs.o.maxRounds
-		if full {
+		if cs.o.colgen && round == cs.o.maxRounds {
 			cs.activateAll()
 		}
 		var err error
 		if res, err = cs.solveRound(ctx, sol); err != nil {
 			return err
 		}
-		if full || cs.price(res.dual) == 0 {
+		if cs.price(res.dual) == 0 {
 			break
 		}
 	}
@@ -127,65 +167,96 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 	return nil
 }
 
-// seed activates every route that carried flow in Prev (they must keep
-// their n column, or the movement term would be wrong) and the initialK
-// routes that are cheapest when idle.
-func (cs *compSolver) seed() {
+func (cs *compSolver) serves(e, m int) bool { return slices.Contains(cs.p.Engines[e].Models, m) }
+
+// activatePrev gives every route that carried flow in Prev a column: its
+// movement cost depends on prev, so it can never be priced as left out.
+func (cs *compSolver) activatePrev() {
 	for r, row := range cs.rows {
 		for _, f := range cs.ix.prev[row.c][row.m] {
 			le, ok := cs.local[f.e]
 			if ok && !math.IsInf(cs.p.RTT[row.c][f.e], 1) && cs.serves(f.e, row.m) {
-				cs.activate(r, le, f.x)
+				cs.routes[cs.activate(r, le)].prev = f.x
 			}
-		}
-		for _, cd := range row.cands[:min(cs.o.initialK, len(row.cands))] {
-			cs.activate(r, cd.le, 0)
 		}
 	}
 }
 
-func (cs *compSolver) serves(e, m int) bool { return slices.Contains(cs.p.Engines[e].Models, m) }
-
-func (cs *compSolver) activate(r, le int, prev float64) {
-	k := r*len(cs.engines) + le
-	if cs.active[k] {
-		return
+// referenceFromPrev sets the reference to Prev's flows, capped by capacity
+// and demand; what does not fit stays as row residuals.
+func (cs *compSolver) referenceFromPrev() {
+	routed := make([]float64, len(cs.rows))
+	for i := range cs.routes {
+		rt := &cs.routes[i]
+		rt.x0 = rt.prev
+		cs.load0[rt.le] += rt.prev
+		routed[rt.r] += rt.prev
 	}
-	cs.active[k] = true
+	for le, e := range cs.engines {
+		segs := cs.ix.segs[e]
+		cs.load0[le] = math.Min(cs.load0[le], capOf(segs))
+	}
+	for r, row := range cs.rows {
+		cs.shed0[r] = math.Max(0, row.demand-routed[r])
+	}
+}
+
+func capOf(segs []segment) float64 {
+	total := 0.0
+	for _, s := range segs {
+		total += s.width
+	}
+	return total
+}
+
+// activate gives route (r, le) columns from the next round on and returns
+// its index.
+func (cs *compSolver) activate(r, le int) int {
+	k := r*len(cs.engines) + le
+	if i := cs.routeAt[k]; i >= 0 {
+		return int(i)
+	}
+	cs.routeAt[k] = int32(len(cs.routes))
 	rtt := cs.p.RTT[cs.rows[r].c][cs.engines[le]]
-	cs.pairs = append(cs.pairs, route{r: r, le: le, rtt: rtt, prev: prev})
+	cs.routes = append(cs.routes, route{r: r, le: le, rtt: rtt})
+	return len(cs.routes) - 1
 }
 
 func (cs *compSolver) activateAll() {
 	for r, row := range cs.rows {
 		for _, cd := range row.cands {
-			cs.activate(r, cd.le, 0)
+			cs.activate(r, cd.le)
 		}
 	}
 }
 
-// price adds the most negative reduced-cost routes, at most addPerRow per
-// demand row, and returns how many it added.
+// price adds, for each demand row, at most addPerRow left-out routes with
+// negative reduced cost, most negative first, and returns how many.
 func (cs *compSolver) price(dual []float64) int {
 	const tol = 1e-7
-	nr := len(cs.rows)
+	type priced struct {
+		le int
+		d  float64
+	}
+	var neg []priced
 	added := 0
-	var neg []cand // le and reduced cost
 	for r, row := range cs.rows {
 		neg = neg[:0]
 		for _, cd := range row.cands {
-			if cs.active[r*len(cs.engines)+cd.le] {
+			if cs.routeAt[r*len(cs.engines)+cd.le] >= 0 {
 				continue
 			}
-			if d := cd.rtt + cs.mu - dual[r] - dual[nr+cd.le]; d < -tol {
-				neg = append(neg, cand{cd.le, d})
+			v := -cs.firstSlope(cd.le)
+			if er := cs.engRow[cd.le]; er >= 0 {
+				v = dual[er]
+			}
+			if d := cd.rtt + cs.mu - dual[r] - v; d < -tol {
+				neg = append(neg, priced{cd.le, d})
 			}
 		}
-		slices.SortFunc(neg, func(a, b cand) int {
-			return cmp.Or(cmp.Compare(a.rtt, b.rtt), cmp.Compare(a.le, b.le))
-		})
-		for _, cd := range neg[:min(cs.o.addPerRow, len(neg))] {
-			cs.activate(r, cd.le, 0)
+		slices.SortFunc(neg, func(a, b priced) int { return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(a.le, b.le)) })
+		for _, pr := range neg[:min(cs.o.addPerRow, len(neg))] {
+			cs.activate(r, pr.le)
 			added++
 		}
 	}
@@ -212,60 +283,4 @@ func (cs *compSolver) solveRound(ctx context.Context, sol *Solution) (lpResult, 
 		return lpResult{}, fmt.Errorf("round %d: %w", sol.Stats.Rounds, err)
 	}
 	return res, nil
-}
-
-// build writes the LP for the active routes. Column order: for each route
-// its p (and n when prev > 0), then each engine's segments, then each row's
-// shed column; extract relies on it.
-func (cs *compSolver) build() {
-	nr, ne := len(cs.rows), len(cs.engines)
-	b := &cs.b
-	b.reset(nr + ne)
-	rhs := b.rowLo
-	for r, row := range cs.rows {
-		rhs[r] = row.demand
-	}
-	inf := math.Inf(1)
-	for _, rt := range cs.pairs {
-		b.col2(0, inf, rt.rtt+cs.mu, rt.r, 1, nr+rt.le, 1)
-		if rt.prev > 0 {
-			b.col2(0, rt.prev, cs.mu-rt.rtt, rt.r, -1, nr+rt.le, -1)
-			rhs[rt.r] -= rt.prev
-			rhs[nr+rt.le] -= rt.prev
-		}
-	}
-	for le, e := range cs.engines {
-		for _, sg := range cs.ix.segs[e] {
-			b.col1(0, sg.width, sg.slope, nr+le, -1)
-		}
-	}
-	for r, row := range cs.rows {
-		b.col1(0, row.demand, cs.shedCost, r, 1)
-	}
-	copy(b.rowUp, rhs)
-}
-
-func (cs *compSolver) extract(res lpResult, sol *Solution) {
-	j := 0
-	for _, rt := range cs.pairs {
-		x := rt.prev + res.x[j]
-		j++
-		if rt.prev > 0 {
-			x -= res.x[j]
-			j++
-		}
-		row := cs.rows[rt.r]
-		sol.Flow[row.c][row.m][cs.engines[rt.le]] = math.Max(0, clampTiny(x, row.demand))
-	}
-	for _, e := range cs.engines {
-		j += len(cs.ix.segs[e])
-	}
-	for r, row := range cs.rows {
-		sol.Shed[row.c][row.m] = math.Max(0, clampTiny(res.x[j+r], row.demand))
-	}
-	sol.Stats.Pairs += len(cs.pairs)
-	for _, row := range cs.rows {
-		sol.Stats.Candidates += len(row.cands)
-	}
-	sol.Stats.ShedCost = math.Max(sol.Stats.ShedCost, cs.shedCost)
 }

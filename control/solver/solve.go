@@ -17,13 +17,14 @@ type options struct {
 	// left-out routes whose reduced cost is negative until none is; false puts
 	// every allowed route in one LP.
 	colgen    bool
-	initialK  int // routes per (cluster, model) in the first LP
-	addPerRow int // most routes added per (cluster, model) per round
-	maxRounds int // then one LP with every allowed route settles it
+	initialK  int     // cheapest idle routes per (cluster, model) in the first LP
+	seedSlack float64 // seconds: seed routes this close to their row's best
+	addPerRow int     // most routes added per (cluster, model) per round
+	maxRounds int     // then one LP with every allowed route settles it
 }
 
 func defaultOptions() options {
-	return options{method: dualSimplex, colgen: true, initialK: 8, addPerRow: 8, maxRounds: 40}
+	return options{method: dualSimplex, colgen: true, initialK: 2, seedSlack: 0.01, addPerRow: 8, maxRounds: 40}
 }
 
 // Solve finds the routing that minimizes RTT + engine latency under load +

@@ -11,6 +11,9 @@ var strategies = []struct {
 	o    options
 }{
 	{"colgen-dual", defaultOptions()},
+	{"colgen-slack0", func() options { o := defaultOptions(); o.seedSlack = 0; return o }()},
+	{"colgen-slack5ms", func() options { o := defaultOptions(); o.seedSlack = 0.005; return o }()},
+	{"colgen-slack20ms", func() options { o := defaultOptions(); o.seedSlack = 0.02; return o }()},
 	{"colgen-primal", func() options { o := defaultOptions(); o.method = primalSimplex; return o }()},
 	{"colgen-barrier", func() options { o := defaultOptions(); o.method = barrierCrossover; return o }()},
 	{"full-dual", options{method: dualSimplex}},

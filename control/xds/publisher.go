@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -23,6 +24,10 @@ type Publisher struct {
 	clusters resources.ClusterOptions
 	routes   resources.RouteOptions
 
+	// epoch makes versions unique across restarts: a client that reconnects with the
+	// version of an older server instance always gets the new snapshot.
+	epoch string
+
 	mu      sync.Mutex
 	version uint64
 	last    map[string][]types.Resource // node -> resources of its current snapshot, in type order
@@ -33,6 +38,7 @@ type Publisher struct {
 func NewPublisher(log *slog.Logger, clusters resources.ClusterOptions, routes resources.RouteOptions) *Publisher {
 	return &Publisher{
 		cache:    cachev3.NewSnapshotCache(true, cachev3.IDHash{}, slogAdapter{log}),
+		epoch:    strconv.FormatInt(time.Now().UnixNano(), 36),
 		log:      log,
 		clusters: clusters,
 		routes:   routes,
@@ -50,7 +56,18 @@ func (p *Publisher) Version() string {
 	if p.version == 0 {
 		return ""
 	}
-	return strconv.FormatUint(p.version, 10)
+	return p.versionString()
+}
+
+func (p *Publisher) versionString() string {
+	return p.epoch + "-" + strconv.FormatUint(p.version, 10)
+}
+
+// Sequence is the number of changes published so far.
+func (p *Publisher) Sequence() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version
 }
 
 // Plan is the last plan that was published (nil before the first). It must not be modified.
@@ -85,7 +102,7 @@ func (p *Publisher) Publish(ctx context.Context, plan *Plan) ([]string, error) {
 		return nil, nil
 	}
 	p.version++
-	v := strconv.FormatUint(p.version, 10)
+	v := p.versionString()
 	for _, node := range changed {
 		snap, err := cachev3.NewSnapshot(v, built[node])
 		if err != nil {

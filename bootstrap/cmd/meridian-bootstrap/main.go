@@ -1,0 +1,43 @@
+// Command meridian-bootstrap prints the Envoy bootstrap for one meridian node.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/meridian-router/meridian/bootstrap"
+)
+
+func main() {
+	fs := flag.NewFlagSet("meridian-bootstrap", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: meridian-bootstrap --node-id NAME [flags] > envoy.yaml\n\n"+
+			"Prints the Envoy bootstrap for one data-plane node: ADS to the control server,\n"+
+			"and a listener whose filter chain calls the meridian sidecar.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	p := bootstrap.DefaultParams()
+	var limit uint
+	fs.StringVar(&p.NodeID, "node-id", "", "node id: the data-plane cluster's name in the fleet file")
+	fs.StringVar(&p.Listen, "listen", p.Listen, "ip:port clients send requests to")
+	fs.StringVar(&p.Admin, "admin", p.Admin, "ip:port of Envoy's admin interface")
+	fs.StringVar(&p.XDS, "xds", p.XDS, "ip:port of the control server")
+	fs.StringVar(&p.Sidecar, "sidecar", p.Sidecar, "ip:port of the meridian sidecar")
+	fs.DurationVar(&p.MessageTimeout, "message-timeout", p.MessageTimeout, "ext_proc per-message timeout; past it Envoy fails open")
+	fs.UintVar(&limit, "buffer-limit", uint(p.BufferLimitBytes), "per-connection buffer limit in bytes (bounds the body bytes the sidecar sees)")
+	fs.StringVar(&p.AccessLogPath, "access-log", p.AccessLogPath, "file for Envoy's JSON access log")
+	fs.BoolVar(&p.TrustPriorityHeader, "trust-priority-header", false, "keep clients' x-meridian-priority (only behind a gateway that sets it)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	p.BufferLimitBytes = uint32(limit)
+	if err := bootstrap.Render(os.Stdout, p); err != nil {
+		fmt.Fprintln(os.Stderr, "meridian-bootstrap:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,389 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/meridian-router/meridian/bootstrap"
+	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/envoy/resources"
+)
+
+// NodeSpec is one data-plane node: an Envoy and its sidecar.
+type NodeSpec struct {
+	Name, Region string
+}
+
+// EngineSpec is one mock engine.
+type EngineSpec struct {
+	Name, Region string
+	Models       []string
+	CapacityRPS  float64
+	// Args are extra mockvllm flags (for example --ttft).
+	Args []string
+}
+
+// Spec describes a stack.
+type Spec struct {
+	Dir     string // logs, fleet file and bootstraps go here
+	Bins    Binaries
+	Nodes   []NodeSpec
+	Engines []EngineSpec
+	// RTTMillis[node][region]; when nil, 1 ms within a region and 40 ms across.
+	RTTMillis map[string]map[string]float64
+	// Weights are static EDS weights per node and engine (the fleet file's weights section).
+	Weights map[string]map[string]uint32
+	// EnvoyConcurrency is Envoy's worker count (default 1: tests share two cores).
+	EnvoyConcurrency int
+	SidecarArgs      []string
+	ControlArgs      []string
+	Bootstrap        func(*bootstrap.Params) // optional edits to each node's bootstrap
+}
+
+// Stack is a running system.
+type Stack struct {
+	spec        Spec
+	FleetPath   string
+	Control     *Proc
+	ControlXDS  string // ip:port
+	ControlHTTP string // http://ip:port
+	Nodes       map[string]*Node
+	Engines     map[string]*Engine
+}
+
+// Node is one running data-plane node.
+type Node struct {
+	Name        string
+	URL         string // http://ip:port of Envoy's listener
+	AdminURL    string
+	SidecarHTTP string
+	AccessLog   string
+	Envoy       *Proc
+	Sidecar     *Proc
+}
+
+// Engine is one running mock engine.
+type Engine struct {
+	Name    string
+	Address string // ip:port
+	Proc    *Proc
+}
+
+// Start brings up the whole stack and waits until every Envoy routes to its engines.
+// On error everything already started is stopped.
+func Start(ctx context.Context, spec Spec) (_ *Stack, err error) {
+	if len(spec.Nodes) == 0 || len(spec.Engines) == 0 {
+		return nil, errors.New("stack: at least one node and one engine are required")
+	}
+	if spec.EnvoyConcurrency == 0 {
+		spec.EnvoyConcurrency = 1
+	}
+	s := &Stack{spec: spec, FleetPath: filepath.Join(spec.Dir, "fleet.yaml"), Nodes: map[string]*Node{}, Engines: map[string]*Engine{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	port := func() (string, error) {
+		p, err := FreePort()
+		return "127.0.0.1:" + strconv.Itoa(p), err
+	}
+	for _, e := range spec.Engines {
+		addr, err := port()
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{"--listen", addr, "--name", e.Name, "--model", joinModels(e.Models)}, e.Args...)
+		s.Engines[e.Name] = &Engine{Name: e.Name, Address: addr, Proc: s.proc("engine-"+e.Name, spec.Bins.MockEngine, args)}
+	}
+	if err := s.WriteFleet(spec.Weights); err != nil {
+		return nil, err
+	}
+	for _, e := range s.Engines {
+		if err := e.Proc.Start(); err != nil {
+			return nil, err
+		}
+	}
+	if s.ControlXDS, err = port(); err != nil {
+		return nil, err
+	}
+	ctlHTTP, err := port()
+	if err != nil {
+		return nil, err
+	}
+	s.ControlHTTP = "http://" + ctlHTTP
+	s.Control = s.proc("control", spec.Bins.Control, append([]string{"--fleet", s.FleetPath,
+		"--xds-listen", s.ControlXDS, "--http-listen", ctlHTTP, "--poll-interval", "100ms"}, spec.ControlArgs...))
+	if err := s.Control.Start(); err != nil {
+		return nil, err
+	}
+	for _, n := range spec.Nodes {
+		node, err := s.startNode(n, port)
+		if err != nil {
+			return nil, err
+		}
+		s.Nodes[n.Name] = node
+	}
+	for _, e := range s.Engines {
+		if err := WaitHTTP(ctx, "http://"+e.Address+"/health", 200); err != nil {
+			return nil, fmt.Errorf("engine %s: %w", e.Name, err)
+		}
+	}
+	if err := WaitHTTP(ctx, s.ControlHTTP+"/healthz", 200); err != nil {
+		return nil, fmt.Errorf("control server: %w", err)
+	}
+	for _, n := range s.Nodes {
+		if err := s.WaitNodeReady(ctx, n.Name); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Stack) proc(name, bin string, args []string) *Proc {
+	return &Proc{Name: name, Bin: bin, Args: args, Log: filepath.Join(s.spec.Dir, name+".log")}
+}
+
+func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error) {
+	listen, err := port()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := port()
+	if err != nil {
+		return nil, err
+	}
+	sidecar, err := port()
+	if err != nil {
+		return nil, err
+	}
+	sidecarHTTP, err := port()
+	if err != nil {
+		return nil, err
+	}
+	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP,
+		AccessLog: filepath.Join(s.spec.Dir, "access-"+n.Name+".jsonl")}
+	p := bootstrap.DefaultParams()
+	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = n.Name, listen, admin, s.ControlXDS, sidecar, node.AccessLog
+	if s.spec.Bootstrap != nil {
+		s.spec.Bootstrap(&p)
+	}
+	bpath := filepath.Join(s.spec.Dir, "envoy-"+n.Name+".yaml")
+	f, err := os.Create(bpath)
+	if err != nil {
+		return nil, err
+	}
+	err = bootstrap.Render(f, p)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap for %s: %w", n.Name, err)
+	}
+	node.Sidecar = s.proc("sidecar-"+n.Name, s.spec.Bins.Sidecar, append([]string{"--node-id", n.Name,
+		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", s.ControlXDS}, s.spec.SidecarArgs...))
+	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",
+		"--concurrency", strconv.Itoa(s.spec.EnvoyConcurrency), "--log-level", "warn", "--file-flush-interval-msec", "50"})
+	if err := node.Sidecar.Start(); err != nil {
+		return nil, err
+	}
+	if err := node.Envoy.Start(); err != nil {
+		return nil, err
+	}
+	return node, nil
+}
+
+// WaitNodeReady waits until the node's sidecar has a routing snapshot and its Envoy is live
+// with endpoints in every model cluster.
+func (s *Stack) WaitNodeReady(ctx context.Context, node string) error {
+	n := s.Nodes[node]
+	if n.Sidecar.Running() {
+		if err := WaitHTTP(ctx, n.SidecarHTTP+"/healthz", 200); err != nil {
+			return fmt.Errorf("sidecar %s: %w", node, err)
+		}
+	}
+	if err := WaitHTTP(ctx, n.AdminURL+"/ready", 200); err != nil {
+		return fmt.Errorf("envoy %s: %w", node, err)
+	}
+	for {
+		ws, err := s.EnvoyWeights(ctx, node)
+		if err == nil && len(ws) > 0 {
+			ok := true
+			for _, hosts := range ws {
+				ok = ok && len(hosts) > 0
+			}
+			if ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("envoy %s has no endpoints: %w", node, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// WriteFleet (re)writes the fleet file with the given static weights, atomically.
+func (s *Stack) WriteFleet(weights map[string]map[string]uint32) error {
+	f := fleet.Fleet{Weights: weights, RTTMillis: s.spec.RTTMillis}
+	models := map[string]bool{}
+	regions := map[string]bool{}
+	for _, e := range s.spec.Engines {
+		for _, m := range e.Models {
+			if !models[m] {
+				models[m] = true
+				f.Models = append(f.Models, fleet.Model{Name: m})
+			}
+		}
+		regions[e.Region] = true
+		c := e.CapacityRPS
+		if c == 0 {
+			c = 20
+		}
+		f.Engines = append(f.Engines, fleet.Engine{Name: e.Name, Address: s.Engines[e.Name].Address, Region: e.Region, Models: e.Models, CapacityRPS: c})
+	}
+	if f.RTTMillis == nil {
+		f.RTTMillis = map[string]map[string]float64{}
+		for _, n := range s.spec.Nodes {
+			f.RTTMillis[n.Name] = map[string]float64{}
+			for r := range regions {
+				f.RTTMillis[n.Name][r] = 40
+				if r == n.Region {
+					f.RTTMillis[n.Name][r] = 1
+				}
+			}
+		}
+	}
+	for _, n := range s.spec.Nodes {
+		f.Clusters = append(f.Clusters, fleet.Cluster{Name: n.Name, Region: n.Region})
+	}
+	data, err := yaml.Marshal(&f)
+	if err != nil {
+		return err
+	}
+	if _, err := fleet.Parse(s.FleetPath, data); err != nil {
+		return fmt.Errorf("stack wrote an invalid fleet: %w", err)
+	}
+	tmp := s.FleetPath + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.FleetPath)
+}
+
+// EnvoyWeights reads a node's Envoy admin /clusters: for each model cluster, the weight of
+// each host address.
+func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[string]uint32, error) {
+	var doc struct {
+		ClusterStatuses []struct {
+			Name         string `json:"name"`
+			HostStatuses []struct {
+				Address struct {
+					SocketAddress struct {
+						Address   string `json:"address"`
+						PortValue int    `json:"port_value"`
+					} `json:"socket_address"`
+				} `json:"address"`
+				Weight uint32 `json:"weight"`
+			} `json:"host_statuses"`
+		} `json:"cluster_statuses"`
+	}
+	if err := getJSON(ctx, s.Nodes[node].AdminURL+"/clusters?format=json", &doc); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]uint32{}
+	for _, c := range doc.ClusterStatuses {
+		if len(c.Name) < 6 || c.Name[:6] != "model-" {
+			continue
+		}
+		hosts := map[string]uint32{}
+		for _, h := range c.HostStatuses {
+			hosts[h.Address.SocketAddress.Address+":"+strconv.Itoa(h.Address.SocketAddress.PortValue)] = h.Weight
+		}
+		out[c.Name] = hosts
+	}
+	return out, nil
+}
+
+// PublishedWeights reads the control server's /debug/state: for each model cluster of node,
+// the weight of each engine address.
+func (s *Stack) PublishedWeights(ctx context.Context, node string) (map[string]map[string]uint32, error) {
+	var doc struct {
+		Plan struct {
+			Assignments map[string]map[string][]resources.Endpoint
+		} `json:"plan"`
+	}
+	if err := getJSON(ctx, s.ControlHTTP+"/debug/state", &doc); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]uint32{}
+	for model, eps := range doc.Plan.Assignments[node] {
+		hosts := map[string]uint32{}
+		for _, e := range eps {
+			hosts[e.Address] = e.Weight
+		}
+		out[resources.ClusterName(model)] = hosts
+	}
+	return out, nil
+}
+
+// EngineByAddress maps an engine address back to its name.
+func (s *Stack) EngineByAddress(addr string) string {
+	for _, e := range s.Engines {
+		if e.Address == addr {
+			return e.Name
+		}
+	}
+	return ""
+}
+
+// Close stops every process of the stack.
+func (s *Stack) Close() {
+	for _, n := range s.Nodes {
+		n.Envoy.Stop(2 * time.Second)
+		n.Sidecar.Stop(2 * time.Second)
+	}
+	if s.Control != nil {
+		s.Control.Stop(2 * time.Second)
+	}
+	for _, e := range s.Engines {
+		e.Proc.Stop(2 * time.Second)
+	}
+}
+
+func getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func joinModels(ms []string) string {
+	out := ""
+	for i, m := range ms {
+		if i > 0 {
+			out += ","
+		}
+		out += m
+	}
+	return out
+}
