@@ -222,8 +222,8 @@ func TestConcurrencyCap(t *testing.T) {
 	if got := eng.maxInFlight.Load(); got != 2 {
 		t.Errorf("server saw up to %d concurrent requests, want exactly the cap 2", got)
 	}
-	if s.OK != 8 || s.ClientQueued < 6 {
-		t.Errorf("ok %d, client queued %d; want 8 ok and >= 6 queued", s.OK, s.ClientQueued)
+	if s.OK != 8 || s.ClientLate < 6 {
+		t.Errorf("ok %d, client late %d; want 8 ok and >= 6 late", s.OK, s.ClientLate)
 	}
 }
 

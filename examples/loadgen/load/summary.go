@@ -40,12 +40,16 @@ type Summary struct {
 	DurationS    float64 `json:"duration_s"`
 	// Engines counts responses by their x-served-by header.
 	Engines map[string]int `json:"engines"`
-	// ClientQueued counts requests that got a concurrency slot over a
-	// millisecond after their schedule: when it is not small, the cap (or a
-	// busy client machine) shaped the load.
-	ClientQueued int  `json:"client_queued"`
-	Interrupted  bool `json:"interrupted"`
+	// ClientLate counts requests sent more than LateThreshold after their
+	// schedule, held by the concurrency cap or a busy client machine: when
+	// it is not small, the client shaped the load.
+	ClientLate  int  `json:"client_late"`
+	Interrupted bool `json:"interrupted"`
 }
+
+// LateThreshold is how late a request may leave before it counts in
+// Summary.ClientLate; timers on a loaded machine are often a few ms late.
+const LateThreshold = 10 * time.Millisecond
 
 func summarize(results []Result, elapsed time.Duration, slo SLO) Summary {
 	s := Summary{
@@ -59,8 +63,8 @@ func summarize(results []Result, elapsed time.Duration, slo SLO) Summary {
 		if r.Engine != "" {
 			s.Engines[r.Engine]++
 		}
-		if r.Queued > time.Millisecond {
-			s.ClientQueued++
+		if r.Queued > LateThreshold {
+			s.ClientLate++
 		}
 		switch r.Class {
 		case ClassOK:
