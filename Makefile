@@ -31,5 +31,9 @@ proto:
 	protoc -I proto --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative proto/meridian/v1/*.proto
 
+# Runs the whole system on this machine. DURATION=60s bounds it.
+demo:
+	@DURATION=$(DURATION) bash scripts/demo.sh
+
 clean:
 	rm -rf bin out
