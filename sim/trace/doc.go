@@ -18,8 +18,12 @@
 // FormatAzure overrides detection.
 //
 // Invariants:
-//   - A Reader yields requests in file order; it never sorts. Errors name the
+//   - A Reader yields requests in file order; it never sorts, so an Azure row
+//     earlier than the first row has a negative Arrival. Errors name the
 //     source, the line and the field ("trace.jsonl:12: input_length: ...").
+//   - Token counts are integers in [0, 2^31-1]; Mooncake timestamps are
+//     non-negative (fractional milliseconds are kept to the nanosecond). The
+//     number of hash ids is not checked against input_length.
 //   - Read and ReadFile return at least one request (an empty trace is an
 //     error), sorted by Arrival with a stable sort (rows with equal or
 //     out-of-order timestamps keep their file order among equals), and rebased

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -77,6 +78,10 @@ func TestPromptFillerIsUniquePerKey(t *testing.T) {
 	// Blocks are ASCII text separated by spaces, ending in a space.
 	if strings.ContainsFunc(p1, func(r rune) bool { return r > 126 || (r < 32) }) || p1[63] != ' ' {
 		t.Fatalf("not plain text: %q", p1[:64])
+	}
+	// JSON carries the text unescaped, so the size on the wire is the block size.
+	if enc, _ := json.Marshal(p1 + h); len(enc) != len(p1)+len(h)+2 {
+		t.Fatalf("JSON escapes prompt text: %d bytes for %d", len(enc), len(p1)+len(h))
 	}
 	if got := syn.Prompt(Request{}, 5); len(got) != 64 {
 		t.Fatalf("empty request got %d bytes, want one block", len(got))

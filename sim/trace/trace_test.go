@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -13,7 +14,7 @@ import (
 // sharedTrace returns the path of a file in ../shared/traces next to the
 // repository root, found by walking up from the test's working directory to
 // go.mod. A missing file fails the test under CI and skips it elsewhere.
-func sharedTrace(t *testing.T, name string) string {
+func sharedTrace(t testing.TB, name string) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -253,6 +254,30 @@ func TestReaderStreamsInFileOrder(t *testing.T) {
 	}
 }
 
+func TestAzureTimestampLayouts(t *testing.T) {
+	tests := []struct {
+		first, second string
+		want          time.Duration
+	}{
+		{"2023-11-16 18:15:46.6805900", "2023-11-16 18:15:47.0000000", 319410 * time.Microsecond},
+		{"2024-05-10 00:00:00.009930+00:00", "2024-05-10 00:00:01.009930+00:00", time.Second},
+		{"2024-05-10T00:00:00Z", "2024-05-10T00:01:00.5Z", 60500 * time.Millisecond},
+		{"2024-05-10T00:00:00", "2024-05-10T00:00:02", 2 * time.Second},
+		{"2024-05-10 00:00:00", "2024-05-10 00:00:00.25", 250 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		in := "TIMESTAMP,ContextTokens,GeneratedTokens\n" + tt.first + ",1,1\n" + tt.second + ",1,1\n"
+		reqs, err := Read(strings.NewReader(in), "a.csv", FormatAuto)
+		if err != nil {
+			t.Errorf("%s: %v", tt.first, err)
+			continue
+		}
+		if reqs[1].Arrival != tt.want {
+			t.Errorf("%s -> %s: %v, want %v", tt.first, tt.second, reqs[1].Arrival, tt.want)
+		}
+	}
+}
+
 func TestParseFormat(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -271,4 +296,34 @@ func TestParseFormat(t *testing.T) {
 			t.Errorf("%v.String() = %q", got, got.String())
 		}
 	}
+}
+
+func BenchmarkReadMooncake(b *testing.B) {
+	data := benchTrace(b, "mooncake_synthetic_trace.jsonl")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Read(bytes.NewReader(data), "bench", FormatAuto); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadAzure(b *testing.B) {
+	data := benchTrace(b, "AzureLLMInferenceTrace_conv.csv")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Read(bytes.NewReader(data), "bench", FormatAuto); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchTrace(b *testing.B, name string) []byte {
+	data, err := os.ReadFile(sharedTrace(b, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data
 }

@@ -150,7 +150,8 @@ func TestFailureClasses(t *testing.T) {
 		url  string
 		want string
 	}{
-		{"timeout", &fakeEngine{hang: true}, "", ClassTimeout},
+		{"timeout before headers", &fakeEngine{hang: true}, "", ClassTimeout},
+		{"timeout mid-stream", &fakeEngine{ttft: time.Second, tokens: 1}, "", ClassTimeout},
 		{"no [DONE]", &fakeEngine{tokens: 2, noDone: true}, "", ClassIncomplete},
 		{"error chunk", &fakeEngine{tokens: 2, streamError: true}, "", ClassStreamError},
 		{"bad request", &fakeEngine{status: func(int) int { return http.StatusBadRequest }}, "", "400"},
