@@ -298,25 +298,18 @@ func TestParseFormat(t *testing.T) {
 	}
 }
 
-func BenchmarkReadMooncake(b *testing.B) {
-	data := benchTrace(b, "mooncake_synthetic_trace.jsonl")
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Read(bytes.NewReader(data), "bench", FormatAuto); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkReadAzure(b *testing.B) {
-	data := benchTrace(b, "AzureLLMInferenceTrace_conv.csv")
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Read(bytes.NewReader(data), "bench", FormatAuto); err != nil {
-			b.Fatal(err)
-		}
+func BenchmarkRead(b *testing.B) {
+	for _, name := range []string{"mooncake_synthetic_trace.jsonl", "AzureLLMInferenceTrace_conv.csv"} {
+		b.Run(name, func(b *testing.B) {
+			data := benchTrace(b, name)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Read(bytes.NewReader(data), "bench", FormatAuto); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
