@@ -1,6 +1,3 @@
-// Command loadgen drives an OpenAI-compatible server with open-loop or
-// trace-replay load and prints a JSON summary of what it measured. Run
-// loadgen --help for every flag; the work is done by package load.
 package main
 
 import (
