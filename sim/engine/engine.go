@@ -25,8 +25,9 @@ type Request struct {
 
 	// Arrived is when Enqueue was called. FirstToken and Finished are set when reached.
 	Arrived, FirstToken, Finished time.Duration
-	// CachedTokens is how many prompt tokens were served from the prefix cache.
-	CachedTokens int
+	// CachedTokens and CachedBlocks are how many prompt tokens and leading Blocks were
+	// served from the prefix cache, set at admission.
+	CachedTokens, CachedBlocks int
 	// Generated counts the output tokens produced so far.
 	Generated int
 
@@ -199,7 +200,7 @@ func (e *Engine) admit() {
 		}
 		e.cache.pin(r.Blocks[:hit])
 		e.cache.reserve(fresh)
-		r.hitBlocks, r.anon = hit, fresh
+		r.hitBlocks, r.anon, r.CachedBlocks = hit, fresh, hit
 		r.CachedTokens = min(hit*e.cfg.BlockTokens, r.PromptTokens-1)
 		r.prefilled = r.CachedTokens
 		r.state = stateRunning
@@ -298,6 +299,12 @@ func (e *Engine) Cached(h uint64) bool { return e.cache.contains(h) }
 func (e *Engine) CachedPrefix(hashes []uint64) int {
 	hit, _ := e.cache.hits(hashes)
 	return hit
+}
+
+// PrefixCounters returns the cumulative prefix-cache queries and hits, in prompt tokens,
+// without copying histograms as Stats does.
+func (e *Engine) PrefixCounters() (queries, hits uint64) {
+	return e.stats.PrefixQueries, e.stats.PrefixHits
 }
 
 // Stats returns a copy of the engine's counters and histograms.

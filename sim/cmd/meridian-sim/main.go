@@ -1,0 +1,246 @@
+// Command meridian-sim replays an LLM request trace against a simulated multi-region fleet
+// of vLLM-like engines and compares routing policies on the same arrivals. See --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meridian-router/meridian/sim"
+	"github.com/meridian-router/meridian/sim/engine"
+	"github.com/meridian-router/meridian/sim/trace"
+)
+
+type options struct {
+	tracePath  string
+	format     string
+	load       float64
+	scenarios  []sim.Scenario
+	policies   []string
+	out        string
+	perRegion  int
+	seed       uint64
+	slo        time.Duration
+	retries    int
+	sample     float64
+	first      int
+	kvTokens   int
+	quiet      bool
+	commandRec string
+}
+
+const usage = `Usage: meridian-sim --trace FILE [flags]
+
+Replays a request trace (Mooncake JSONL or Azure CSV) on a simulated fleet of 3 regions x N
+vLLM-like engines (sim/engine, calibrated to Llama-3.1-8B on an A100) on virtual time, once
+per routing policy, on the same arrivals. --load sets the offered load as a fraction of the
+fleet's cold capacity (engines / mean service time of the trace's requests with no cache hit).
+
+Scenarios (changes start at 1/3 of the run and end at 2/3):
+  steady       the trace as is
+  step         demand entering region 0 doubles
+  outage       region 0's engines go down, then come back with empty caches
+  slow-engine  engine 0 becomes 5x slower (from 1/3 on)
+  overload     offered load is 1.5x capacity (ignores --load)
+
+Output (--out DIR): results.json (one object per policy), report.md (a table), ttft_cdf.png
+and weights.png; with several scenarios, one subdirectory each and a combined report.md.
+
+Flags:
+`
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("meridian-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	var o options
+	var scenarios, policies string
+	fs.StringVar(&o.tracePath, "trace", "", "trace file (Mooncake JSONL or Azure CSV); required")
+	fs.StringVar(&o.format, "format", "auto", "trace format: auto, mooncake or azure")
+	fs.Float64Var(&o.load, "load", 0.8, "offered load as a fraction of fleet capacity")
+	fs.StringVar(&scenarios, "scenario", "steady", "comma-separated scenarios, or all: "+joinScenarios())
+	fs.StringVar(&policies, "policies", strings.Join(sim.PolicyNames, ","), "comma-separated policies to compare")
+	fs.StringVar(&o.out, "out", "", "directory for results.json, report.md and plots (none: table on stdout only)")
+	fs.IntVar(&o.perRegion, "engines-per-region", 4, "engines in each of the 3 regions")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed for region assignment and scenario extras")
+	fs.DurationVar(&o.slo, "ttft-slo", 10*time.Second, "TTFT under which a completed request counts as goodput")
+	fs.IntVar(&o.retries, "retries", 1, "retries a baseline proxy makes on another engine after a failure")
+	fs.Float64Var(&o.sample, "sample", 1, "keep each trace request with this probability (before rescaling to --load)")
+	fs.IntVar(&o.first, "first", 0, "use only the first N requests of the trace (0: all)")
+	fs.IntVar(&o.kvTokens, "kv-tokens", 0, "KV cache per engine in tokens (0: the calibrated A100 40GB figure)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.tracePath == "" {
+		return o, errors.New("--trace is required")
+	}
+	var err error
+	if o.scenarios, err = parseScenarios(scenarios); err != nil {
+		return o, err
+	}
+	for _, p := range strings.Split(policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.policies = append(o.policies, p)
+		}
+	}
+	if !(o.sample > 0 && o.sample <= 1) {
+		return o, fmt.Errorf("--sample %v must be in (0, 1]", o.sample)
+	}
+	o.commandRec = "meridian-sim " + strings.Join(args, " ")
+	return o, nil
+}
+
+func joinScenarios() string {
+	var s []string
+	for _, sc := range sim.Scenarios {
+		s = append(s, string(sc))
+	}
+	return strings.Join(s, ", ")
+}
+
+func parseScenarios(s string) ([]sim.Scenario, error) {
+	if s == "all" {
+		return sim.Scenarios, nil
+	}
+	var out []sim.Scenario
+	for _, name := range strings.Split(s, ",") {
+		sc := sim.Scenario(strings.TrimSpace(name))
+		if !contains(sim.Scenarios, sc) {
+			return nil, fmt.Errorf("--scenario: %q is not one of %s", sc, joinScenarios())
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+func contains[T comparable](list []T, v T) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "meridian-sim:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "meridian-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func loadTrace(o options) ([]trace.Request, error) {
+	f, err := trace.ParseFormat(o.format)
+	if err != nil {
+		return nil, fmt.Errorf("--format: %w", err)
+	}
+	reqs, err := trace.ReadFile(o.tracePath, f)
+	if err != nil {
+		return nil, err
+	}
+	reqs = trace.First(reqs, o.first)
+	if o.sample < 1 {
+		if reqs, err = trace.Sample(reqs, o.sample, o.seed); err != nil {
+			return nil, err
+		}
+	}
+	return reqs, nil
+}
+
+func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	reqs, err := loadTrace(o)
+	if err != nil {
+		return err
+	}
+	ecfg := engine.A100Llama8B(trace.BlockTokens)
+	if o.kvTokens > 0 {
+		ecfg.KVBlocks = o.kvTokens / trace.BlockTokens
+	}
+	var all []scenarioResult
+	for _, sc := range o.scenarios {
+		cfg := &sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
+			RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: sc, Policies: o.policies,
+			Seed: o.seed, TTFTSLO: o.slo, Retries: o.retries}
+		start := time.Now()
+		res, w, err := sim.Run(ctx, cfg, progressLine(stderr, sc, o.quiet), 500*time.Millisecond)
+		if !o.quiet {
+			fmt.Fprintln(stderr)
+		}
+		if err != nil {
+			return fmt.Errorf("scenario %s: %w", sc, err)
+		}
+		r := scenarioResult{scenario: sc, results: res, workload: w, cfg: cfg, wall: time.Since(start)}
+		all = append(all, r)
+		fmt.Fprint(stdout, sim.Table(res, w))
+		if o.out != "" {
+			dir := o.out
+			if len(o.scenarios) > 1 {
+				dir = filepath.Join(o.out, string(sc))
+			}
+			if err := sim.WriteOutputs(dir, res, w, cfg, o.commandRec, r.wall); err != nil {
+				return err
+			}
+		}
+	}
+	if o.out != "" && len(all) > 1 {
+		return writeSummary(o, all)
+	}
+	return nil
+}
+
+type scenarioResult struct {
+	scenario sim.Scenario
+	results  []sim.Result
+	workload *sim.Workload
+	cfg      *sim.Config
+	wall     time.Duration
+}
+
+func progressLine(w io.Writer, sc sim.Scenario, quiet bool) func(sim.Progress) {
+	if quiet {
+		return nil
+	}
+	start := time.Now()
+	return func(p sim.Progress) {
+		pct := 100 * float64(p.Done) / float64(max(p.Total, 1))
+		fmt.Fprintf(w, "\r%-11s %5.1f%% of %v virtual, %v elapsed   ", sc, pct,
+			p.Total.Round(time.Second), time.Since(start).Round(100*time.Millisecond))
+	}
+}
+
+// writeSummary writes the combined report of several scenarios.
+func writeSummary(o options, all []scenarioResult) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# meridian-sim results\n\nCommand: `%s`\n\n", o.commandRec)
+	fmt.Fprintf(&b, "%s\n", sim.Describe(all[0].workload, all[0].cfg))
+	for _, r := range all {
+		fmt.Fprintf(&b, "## %s (%.2f x capacity, %v of wall time)\n", r.scenario, r.workload.Load, r.wall.Round(time.Second))
+		b.WriteString(sim.Table(r.results, r.workload))
+		fmt.Fprintf(&b, "\nPlots: [TTFT CDF](%s/ttft_cdf.png), [weights](%s/weights.png).\n\n", r.scenario, r.scenario)
+	}
+	path := filepath.Join(o.out, "report.md")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

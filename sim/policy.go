@@ -1,0 +1,95 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy routes requests for the whole fleet of proxies. A run calls it from one goroutine.
+type Policy interface {
+	// Route returns the engines to try for r, in order, and how many attempts after the
+	// first may be made. No engines means shed: the proxy answers 503 at once.
+	Route(now time.Duration, r *Request) Route
+	// Observe learns what happened to an attempt.
+	Observe(now time.Duration, o Outcome)
+	// Tick runs every second of virtual time with the freshly scraped engine signals.
+	Tick(now time.Duration, v *View)
+	// Weights writes cluster c's intended traffic share per engine into dst (summing to 1,
+	// or all zero when the policy has none), for plots and churn.
+	Weights(c int, dst []float64)
+}
+
+// Route is a policy's answer for one request.
+type Route struct {
+	Engines []int
+	Retries int
+}
+
+// OutcomeKind says which point of an attempt an Outcome reports.
+type OutcomeKind uint8
+
+const (
+	// Sent: the attempt left the proxy for Engine.
+	Sent OutcomeKind = iota
+	// FirstToken: the first token reached the proxy; TTFT is set.
+	FirstToken
+	// Done: the last token reached the proxy; the attempt succeeded.
+	Done
+	// Failed: the attempt failed (engine down, connection reset, request refused).
+	Failed
+)
+
+// Outcome reports one step of one attempt.
+type Outcome struct {
+	Kind    OutcomeKind
+	Request *Request
+	Engine  int
+	// TTFT is measured at the proxy from the request's arrival, for FirstToken.
+	TTFT time.Duration
+	// CachedBlocks is how many prompt blocks the engine found cached, for FirstToken.
+	CachedBlocks int
+}
+
+// View is what a policy can see of the fleet at a tick: a scrape of every engine.
+type View struct {
+	Engines []EngineView
+	// RTT[c][e] is the round trip from cluster c to engine e.
+	RTT [][]time.Duration
+	// Region[e] is engine e's region (and the index of that region's cluster).
+	Region []int
+	// Capacity is one engine's cold capacity in requests/s (see Capacity).
+	Capacity float64
+}
+
+// EngineView is one engine's scraped signals. A down engine has Up false and zero values.
+type EngineView struct {
+	Up               bool
+	Running, Waiting int
+	KVUsage          float64
+	// PrefixQueries and PrefixHits are the engine's cumulative counters (tokens).
+	PrefixQueries, PrefixHits uint64
+}
+
+// PolicyNames lists the policies a run can compare, in report order.
+var PolicyNames = []string{"round-robin", "least-request", "prefix-hash", "p-controller"}
+
+// newPolicy builds the named policy for a fleet of engines across clusters.
+func newPolicy(name string, f fleetShape, cfg *Config, _ *Workload) (Policy, error) {
+	retries := cfg.Retries
+	switch name {
+	case "round-robin":
+		return newRoundRobin(f, retries), nil
+	case "least-request":
+		return newLeastRequest(f, retries), nil
+	case "prefix-hash":
+		return newPrefixHash(f, retries), nil
+	case "p-controller":
+		return newPController(f, retries), nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, PolicyNames)
+}
+
+// fleetShape is what policies know of the fleet when they are built.
+type fleetShape struct {
+	clusters, engines int
+}

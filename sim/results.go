@@ -1,0 +1,186 @@
+package sim
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/meridian-router/meridian/sim/trace"
+)
+
+// Result is one policy's outcome over one workload. The JSON names are the report's.
+type Result struct {
+	Policy    string `json:"policy"`
+	Scenario  string `json:"scenario"`
+	Requests  int    `json:"requests"`
+	Completed int    `json:"completed"`
+	Shed      int    `json:"shed"`
+	Failed    int    `json:"failed"`
+	// ShedRate is Shed / Requests.
+	ShedRate float64 `json:"shed_rate"`
+	// Latencies in milliseconds, over completed requests, measured at the client.
+	TTFTP50 float64 `json:"ttft_p50_ms"`
+	TTFTP90 float64 `json:"ttft_p90_ms"`
+	TTFTP99 float64 `json:"ttft_p99_ms"`
+	ITLP50  float64 `json:"itl_p50_ms"`
+	ITLP99  float64 `json:"itl_p99_ms"`
+	E2EP99  float64 `json:"e2e_p99_ms"`
+	// GoodputRPS counts completed requests whose TTFT met the SLO, per second of arrivals.
+	GoodputRPS float64 `json:"goodput_rps"`
+	// KVHitRate is prompt blocks served from cache over all prompt block references;
+	// KVHitUpperBound is the same ratio for an infinite cache shared by every engine.
+	KVHitRate       float64 `json:"kv_hit_rate"`
+	KVHitUpperBound float64 `json:"kv_hit_upper_bound"`
+	// WeightChurn is the share of each cluster's traffic its weights moved per minute:
+	// half the L1 distance between consecutive one-second samples, summed, averaged over
+	// clusters, divided by the run's minutes.
+	WeightChurn float64 `json:"weight_churn"`
+	Retries     int     `json:"retries"`
+	// TooLarge counts requests no engine's KV cache could hold.
+	TooLarge int `json:"too_large"`
+
+	// TTFTs are the sorted client TTFTs in seconds, for the CDF plot.
+	TTFTs []float64 `json:"-"`
+	// Samples are the weights over time, for the weights plot.
+	Samples []WeightSample `json:"-"`
+}
+
+// WeightSample is every cluster's weights at one instant: W[cluster][engine].
+type WeightSample struct {
+	At time.Duration
+	W  [][]float64
+}
+
+// recorder accumulates a run's measurements.
+type recorder struct {
+	shape             fleetShape
+	finished          int
+	ttft, e2e         []float64
+	itl               logHist
+	shed, failed      int
+	hitBlocks, refs   int
+	retries, tooLarge int
+	samples           []WeightSample
+}
+
+func newRecorder(f fleetShape) recorder { return recorder{shape: f, itl: newLogHist()} }
+
+func (rc *recorder) finish(st *reqState) {
+	rc.finished++
+	rc.refs += len(st.r.Blocks)
+	switch st.status {
+	case completed:
+		rc.ttft = append(rc.ttft, (st.firstToken - st.r.Arrival).Seconds())
+		rc.e2e = append(rc.e2e, (st.finish - st.r.Arrival).Seconds())
+		rc.hitBlocks += st.hitBlocks
+	case shed:
+		rc.shed++
+	case failed:
+		rc.failed++
+	}
+}
+
+func (rc *recorder) sample(now time.Duration, p Policy) {
+	s := WeightSample{At: now}
+	for c := range rc.shape.clusters {
+		w := make([]float64, rc.shape.engines)
+		p.Weights(c, w)
+		s.W = append(s.W, w)
+	}
+	rc.samples = append(rc.samples, s)
+}
+
+// result turns the recorder into a Result; requests never finished count as failed.
+func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
+	slices.Sort(rc.ttft)
+	slices.Sort(rc.e2e)
+	n := len(w.Requests)
+	ms := func(sorted []float64, p float64) float64 { return 1000 * trace.Percentile(sorted, p) }
+	res := Result{
+		Policy: name, Scenario: string(cfg.Scenario), Requests: n, Completed: len(rc.ttft),
+		Shed: rc.shed, Failed: rc.failed + n - rc.finished, ShedRate: float64(rc.shed) / float64(n),
+		TTFTP50: ms(rc.ttft, 50), TTFTP90: ms(rc.ttft, 90), TTFTP99: ms(rc.ttft, 99),
+		ITLP50: 1000 * rc.itl.quantile(0.50), ITLP99: 1000 * rc.itl.quantile(0.99),
+		E2EP99: ms(rc.e2e, 99), KVHitUpperBound: w.UpperBound,
+		WeightChurn: churn(rc.samples, w.Span), Retries: rc.retries, TooLarge: rc.tooLarge,
+		TTFTs: rc.ttft, Samples: rc.samples,
+	}
+	slo := cfg.TTFTSLO.Seconds()
+	good, _ := slices.BinarySearch(rc.ttft, math.Nextafter(slo, math.Inf(1)))
+	res.GoodputRPS = float64(good) / w.Span.Seconds()
+	if refs := blockRefs(w.Requests); refs > 0 {
+		res.KVHitRate = float64(rc.hitBlocks) / float64(refs)
+	}
+	return res
+}
+
+func blockRefs(reqs []Request) int {
+	n := 0
+	for _, r := range reqs {
+		n += len(r.Blocks)
+	}
+	return n
+}
+
+// churn is the mean over clusters of the traffic share moved, per minute of span.
+func churn(samples []WeightSample, span time.Duration) float64 {
+	if len(samples) < 2 || span <= 0 {
+		return 0
+	}
+	moved := 0.0
+	for i := 1; i < len(samples); i++ {
+		for c, w := range samples[i].W {
+			prev := samples[i-1].W[c]
+			d := 0.0
+			for e := range w {
+				d += math.Abs(w[e] - prev[e])
+			}
+			moved += d / 2
+		}
+	}
+	clusters := float64(len(samples[0].W))
+	return moved / clusters / span.Minutes()
+}
+
+// logHist is a histogram with buckets 1% wide on a log scale from 1 µs to about 3 hours,
+// for percentiles of values too many to keep.
+type logHist struct {
+	counts []uint64
+	n      uint64
+}
+
+const (
+	logHistMin   = 1e-6
+	logHistRatio = 1.01
+	logHistSize  = 2400
+)
+
+func newLogHist() logHist { return logHist{counts: make([]uint64, logHistSize)} }
+
+func (h *logHist) observe(v float64) {
+	i := 0
+	if v > logHistMin {
+		i = min(int(math.Log(v/logHistMin)/math.Log(logHistRatio))+1, logHistSize-1)
+	}
+	h.counts[i]++
+	h.n++
+}
+
+// quantile returns the geometric middle of the bucket holding quantile q (0..1).
+func (h *logHist) quantile(q float64) float64 {
+	if h.n == 0 {
+		return 0
+	}
+	target := uint64(math.Ceil(q * float64(h.n)))
+	var acc uint64
+	for i, c := range h.counts {
+		acc += c
+		if acc >= max(target, 1) {
+			if i == 0 {
+				return logHistMin
+			}
+			return logHistMin * math.Pow(logHistRatio, float64(i)-0.5)
+		}
+	}
+	return logHistMin * math.Pow(logHistRatio, logHistSize)
+}

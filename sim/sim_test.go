@@ -1,0 +1,202 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meridian-router/meridian/sim/engine"
+	"github.com/meridian-router/meridian/sim/trace"
+)
+
+// conversationTrace writes a Mooncake-format trace of n requests from multi-turn
+// conversations: each turn repeats its conversation's previous prompt and adds blocks, so
+// prefix caching and affinity matter, as in the real traces.
+func conversationTrace(n int, seed uint64) string {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	type conv struct{ blocks []int }
+	var convs []*conv
+	next := 0
+	var b strings.Builder
+	for i := range n {
+		var c *conv
+		if len(convs) == 0 || rng.Float64() < 0.35 {
+			c = &conv{}
+			convs = append(convs, c)
+		} else {
+			c = convs[rng.IntN(len(convs))]
+		}
+		for range 2 + rng.IntN(6) {
+			c.blocks = append(c.blocks, next)
+			next++
+		}
+		if len(c.blocks) > 60 {
+			c.blocks = c.blocks[:8] // a new topic on the same system prompt
+		}
+		ids := fmt.Sprint(c.blocks)
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": %s}`+"\n",
+			i*250, len(c.blocks)*512-100, 20+rng.IntN(200), strings.ReplaceAll(ids, " ", ", "))
+	}
+	return b.String()
+}
+
+func testSimConfig(t *testing.T, tr string, sc Scenario) *Config {
+	t.Helper()
+	reqs, err := trace.Read(strings.NewReader(tr), "test.jsonl", trace.FormatAuto)
+	if err != nil {
+		t.Fatalf("read trace: %v", err)
+	}
+	ecfg := engine.A100Llama8B(trace.BlockTokens)
+	ecfg.KVBlocks = 200
+	return &Config{Trace: reqs, Regions: DefaultRegions, EnginesPerRegion: 2, RTT: DefaultRTT(),
+		Engine: ecfg, Load: 0.7, Scenario: sc, Policies: PolicyNames, Seed: 7,
+		TTFTSLO: 10 * time.Second, Retries: 1}
+}
+
+func byPolicy(t *testing.T, results []Result) map[string]Result {
+	t.Helper()
+	m := map[string]Result{}
+	for _, r := range results {
+		m[r.Policy] = r
+	}
+	return m
+}
+
+func TestSteadyRunDistinguishesPolicies(t *testing.T) {
+	cfg := testSimConfig(t, conversationTrace(600, 1), Steady)
+	results, w, err := Run(context.Background(), cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(Table(results, w))
+	r := byPolicy(t, results)
+	for _, res := range results {
+		if res.Completed != res.Requests || res.Shed != 0 {
+			t.Errorf("%s: %d of %d completed, %d shed", res.Policy, res.Completed, res.Requests, res.Shed)
+		}
+		if !(res.TTFTP50 > 0 && res.TTFTP50 <= res.TTFTP90 && res.TTFTP90 <= res.TTFTP99) {
+			t.Errorf("%s: TTFT percentiles %v %v %v not ordered", res.Policy, res.TTFTP50, res.TTFTP90, res.TTFTP99)
+		}
+		if res.KVHitRate > res.KVHitUpperBound {
+			t.Errorf("%s: hit rate %v above the infinite-cache bound %v", res.Policy, res.KVHitRate, res.KVHitUpperBound)
+		}
+	}
+	if w.UpperBound < 0.5 {
+		t.Fatalf("test trace shares too little: bound %v", w.UpperBound)
+	}
+	if rr, ph := r["round-robin"].KVHitRate, r["prefix-hash"].KVHitRate; !(ph > 2*rr) {
+		t.Errorf("prefix-hash hit rate %v not above 2x round-robin's %v", ph, rr)
+	}
+	if r["round-robin"].WeightChurn != 0 || r["p-controller"].WeightChurn <= 0 {
+		t.Errorf("churn: round-robin %v (want 0), p-controller %v (want > 0)",
+			r["round-robin"].WeightChurn, r["p-controller"].WeightChurn)
+	}
+}
+
+func TestRunIsDeterministic(t *testing.T) {
+	tr := conversationTrace(300, 2)
+	run := func() []Result {
+		cfg := testSimConfig(t, tr, Outage)
+		res, _, err := Run(context.Background(), cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if a, b := run(), run(); !reflect.DeepEqual(a, b) {
+		t.Fatal("two runs of the same config differ")
+	}
+}
+
+func TestScenarios(t *testing.T) {
+	tr := conversationTrace(450, 3)
+	tests := []struct {
+		sc    Scenario
+		check func(t *testing.T, w *Workload, r map[string]Result)
+	}{
+		{Step, func(t *testing.T, w *Workload, r map[string]Result) {
+			if w.Requests[len(w.Requests)-1].ID != len(w.Requests)-1 || len(w.Requests) <= 450 {
+				t.Errorf("step added no requests: %d", len(w.Requests))
+			}
+		}},
+		{Outage, func(t *testing.T, w *Workload, r map[string]Result) {
+			if rr := r["round-robin"]; rr.Retries == 0 {
+				t.Errorf("round-robin made no retries through an outage: %+v", rr)
+			}
+		}},
+		{Overload, func(t *testing.T, w *Workload, r map[string]Result) {
+			if w.Load != overloadFactor {
+				t.Errorf("overload offered %v x capacity", w.Load)
+			}
+		}},
+		{SlowEngine, func(t *testing.T, w *Workload, r map[string]Result) {
+			if len(w.Actions) != 1 || w.Actions[0].Slowdown != slowFactor {
+				t.Errorf("slow-engine actions %+v", w.Actions)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.sc), func(t *testing.T) {
+			cfg := testSimConfig(t, tr, tc.sc)
+			cfg.Policies = []string{"round-robin", "prefix-hash"}
+			res, w, err := Run(context.Background(), cfg, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, w, byPolicy(t, res))
+		})
+	}
+}
+
+func TestAzureTraceHasNoPrefixHits(t *testing.T) {
+	csv := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	for i := range 200 {
+		csv += fmt.Sprintf("2023-11-16 18:%02d:%02d.0000000,%d,%d\n", i/60, i%60, 300+i*7%900, 20+i%50)
+	}
+	reqs, err := trace.Read(strings.NewReader(csv), "azure.csv", trace.FormatAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testSimConfig(t, conversationTrace(1, 1), Steady)
+	cfg.Trace = reqs
+	res, w, err := Run(context.Background(), cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.KVHitRate != 0 || r.Completed != 200 {
+			t.Errorf("%s: hit rate %v, completed %d of 200", r.Policy, r.KVHitRate, r.Completed)
+		}
+	}
+	if w.UpperBound != 0 {
+		t.Errorf("bound %v for a trace without hash ids", w.UpperBound)
+	}
+}
+
+func TestConfigValidateNamesFields(t *testing.T) {
+	cfg := testSimConfig(t, conversationTrace(10, 1), "bogus")
+	cfg.Load = 0
+	cfg.Policies = []string{"random"}
+	err := cfg.Validate()
+	for _, field := range []string{"Scenario", "Load", "Policies"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("error %v does not name %s", err, field)
+		}
+	}
+}
+
+func TestLogHistQuantile(t *testing.T) {
+	h := newLogHist()
+	for i := 1; i <= 1000; i++ {
+		h.observe(float64(i) / 1000)
+	}
+	for _, tc := range []struct{ q, want float64 }{{0.5, 0.5}, {0.99, 0.99}} {
+		if got := h.quantile(tc.q); got < tc.want*0.99 || got > tc.want*1.01 {
+			t.Errorf("quantile(%v) = %v, want %v within 1%%", tc.q, got, tc.want)
+		}
+	}
+}

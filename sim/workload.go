@@ -1,0 +1,172 @@
+package sim
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/meridian-router/meridian/sim/engine"
+	"github.com/meridian-router/meridian/sim/trace"
+)
+
+// Request is one request as the policies see it. Read-only.
+type Request struct {
+	ID      int
+	Cluster int
+	Arrival time.Duration
+	// InputTokens and OutputTokens are the prompt and output lengths.
+	InputTokens, OutputTokens int
+	// Blocks are the prompt's prefix-chained block hashes (nil when the trace has none).
+	Blocks []uint64
+	// Key is the prefix key consistent-hashing policies hash on: the hash of the prompt's
+	// first block, so every turn of a conversation shares it. Requests without blocks get
+	// a unique key.
+	Key uint64
+}
+
+// Workload is the arrivals every policy of a run replays, with what the scenario does.
+type Workload struct {
+	Requests []Request
+	// Capacity is the fleet's capacity in requests/s: engines / mean cold service time.
+	Capacity float64
+	// Load is the offered load as a fraction of Capacity (1.5 for Overload).
+	Load float64
+	// Span is the time from the first to the last arrival.
+	Span time.Duration
+	// UpperBound is the prefix-cache hit rate an infinite cache shared by every engine
+	// would reach on these requests (trace.Stats.HitRateUpperBound).
+	UpperBound float64
+	// Actions are the scenario's changes to the fleet, in time order.
+	Actions []Action
+}
+
+// Action is a scenario change to the fleet at a point in time.
+type Action struct {
+	At time.Duration
+	// Engines are the engines affected.
+	Engines []int
+	// Up sets the engines up or down; Slowdown, when non-zero, sets their step multiplier.
+	Up       bool
+	Slowdown float64
+}
+
+// Capacity returns the cold capacity of one engine in requests/s for a trace: the inverse
+// of the mean engine.Config.ServiceSeconds of its requests.
+func Capacity(cfg engine.Config, reqs []trace.Request) float64 {
+	total := 0.0
+	for _, r := range reqs {
+		total += cfg.ServiceSeconds(r.InputTokens, max(r.OutputTokens, 1))
+	}
+	return float64(len(reqs)) / total
+}
+
+// BuildWorkload rescales the trace to the offered load, assigns each request to a region
+// and applies the scenario. It is deterministic in c.Seed.
+func BuildWorkload(c *Config) (*Workload, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Workload{Load: c.Load}
+	if c.Scenario == Overload {
+		w.Load = overloadFactor
+	}
+	w.Capacity = float64(c.engines()) * Capacity(c.Engine, c.Trace)
+	scaled, err := trace.WithRate(c.Trace, w.Load*w.Capacity)
+	if err != nil {
+		return nil, fmt.Errorf("rescale the trace to %.2f x capacity: %w", w.Load, err)
+	}
+	w.Span = scaled[len(scaled)-1].Arrival
+	regions := len(c.Regions)
+	for i, r := range scaled {
+		w.Requests = append(w.Requests, c.newRequest(i, r, regions))
+	}
+	if c.Scenario == Step {
+		w.Requests = c.addStep(w.Requests, scaled, w.Span)
+	}
+	w.Actions = c.actions(w.Span)
+	w.UpperBound = upperBound(w.Requests)
+	return w, nil
+}
+
+func (c *Config) newRequest(id int, r trace.Request, regions int) Request {
+	req := Request{ID: id, Arrival: r.Arrival, InputTokens: r.InputTokens,
+		OutputTokens: max(r.OutputTokens, 1), Blocks: r.HashIDs}
+	if len(r.HashIDs) > 0 {
+		req.Key = mix(r.HashIDs[0], c.Seed)
+	} else {
+		req.Key = mix(uint64(id)|1<<63, c.Seed)
+	}
+	// A conversation (same first block) always enters through the same region.
+	req.Cluster = int(mix(req.Key, c.Seed^0x5eed) % uint64(regions))
+	return req
+}
+
+// addStep doubles region 0's demand in the middle third: for each of its requests there,
+// another request of the trace, relabelled so its blocks are new conversations, arrives
+// within the same inter-arrival gap.
+func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Duration) []Request {
+	from, to := span/3, 2*span/3
+	n := len(scaled)
+	gap := time.Duration(float64(span) / float64(n) * float64(len(c.Regions)))
+	extra := []Request{}
+	for _, r := range reqs {
+		if r.Cluster != 0 || r.Arrival < from || r.Arrival >= to {
+			continue
+		}
+		src := scaled[(r.ID+n/2)%n]
+		e := Request{ID: len(reqs) + len(extra), Cluster: 0,
+			Arrival:     r.Arrival + time.Duration(mix(uint64(r.ID), c.Seed)%uint64(max(gap, 1))),
+			InputTokens: src.InputTokens, OutputTokens: max(src.OutputTokens, 1)}
+		if len(src.HashIDs) > 0 {
+			e.Blocks = make([]uint64, len(src.HashIDs))
+			for i, h := range src.HashIDs {
+				e.Blocks[i] = h | 1<<62 // a new user population with the same structure
+			}
+			e.Key = mix(e.Blocks[0], c.Seed)
+		} else {
+			e.Key = mix(uint64(e.ID)|1<<63, c.Seed)
+		}
+		extra = append(extra, e)
+	}
+	out := append(reqs, extra...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Arrival < out[j].Arrival })
+	for i := range out {
+		out[i].ID = i
+	}
+	return out
+}
+
+func (c *Config) actions(span time.Duration) []Action {
+	from, to := span/3, 2*span/3
+	region0 := make([]int, c.EnginesPerRegion)
+	for i := range region0 {
+		region0[i] = i
+	}
+	switch c.Scenario {
+	case Outage:
+		return []Action{{At: from, Engines: region0, Up: false}, {At: to, Engines: region0, Up: true}}
+	case SlowEngine:
+		return []Action{{At: from, Engines: []int{0}, Up: true, Slowdown: slowFactor}}
+	}
+	return nil
+}
+
+func upperBound(reqs []Request) float64 {
+	tr := make([]trace.Request, len(reqs))
+	for i, r := range reqs {
+		tr[i] = trace.Request{Arrival: r.Arrival, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, HashIDs: r.Blocks}
+	}
+	return trace.Summarize(tr).HitRateUpperBound
+}
+
+// mix hashes x with a seed into a well-spread 64-bit value.
+func mix(x, seed uint64) uint64 {
+	var b [16]byte
+	for i := range 8 {
+		b[i] = byte(x >> (8 * i))
+		b[8+i] = byte(seed >> (8 * i))
+	}
+	return xxhash.Sum64(b[:])
+}
