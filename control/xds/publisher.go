@@ -2,6 +2,8 @@ package xds
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,7 +40,7 @@ type Publisher struct {
 func NewPublisher(log *slog.Logger, clusters resources.ClusterOptions, routes resources.RouteOptions) *Publisher {
 	return &Publisher{
 		cache:    cachev3.NewSnapshotCache(true, cachev3.IDHash{}, slogAdapter{log}),
-		epoch:    strconv.FormatInt(time.Now().UnixNano(), 36),
+		epoch:    newEpoch(),
 		log:      log,
 		clusters: clusters,
 		routes:   routes,
@@ -184,3 +186,11 @@ func (a slogAdapter) Debugf(format string, args ...any) { a.l.Debug(fmt.Sprintf(
 func (a slogAdapter) Infof(format string, args ...any)  { a.l.Debug(fmt.Sprintf(format, args...)) }
 func (a slogAdapter) Warnf(format string, args ...any)  { a.l.Warn(fmt.Sprintf(format, args...)) }
 func (a slogAdapter) Errorf(format string, args ...any) { a.l.Error(fmt.Sprintf(format, args...)) }
+
+// newEpoch names one server instance: its start time, plus randomness for two instances
+// started in the same instant.
+func newEpoch() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(time.Now().Unix(), 36) + hex.EncodeToString(b[:])
+}
