@@ -36,7 +36,10 @@ rtt_ms: {region-a: {a: 1}}
 
 type logWriter struct{ t *testing.T }
 
-func (w logWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // harness runs a real xDS server (control/xds), a sidecar subscribed to it with the
 // xdsclient, and the sidecar's ext_proc service, all over loopback gRPC.
