@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeTrace writes a small Mooncake-format trace of conversations sharing prefixes.
+func writeTrace(t *testing.T, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		conv := i % 7
+		ids := []string{}
+		for k := range 2 + i/7%5 {
+			ids = append(ids, fmt.Sprint(conv*1000+k))
+		}
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": %d, "output_length": 30, "hash_ids": [%s]}`+"\n",
+			i*400, len(ids)*512, strings.Join(ids, ", "))
+	}
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestWritesResultsReportAndPlots(t *testing.T) {
+	out := t.TempDir()
+	o, err := parseFlags([]string{"--trace", writeTrace(t, 120), "--out", out, "--scenario", "steady,overload",
+		"--engines-per-region", "1", "--quiet"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), o, &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "| prefix-hash |") {
+		t.Errorf("stdout has no table:\n%s", stdout.String())
+	}
+	for _, sc := range []string{"steady", "overload"} {
+		for _, f := range []string{"results.json", "report.md", "ttft_cdf.png", "weights.png"} {
+			if fi, err := os.Stat(filepath.Join(out, sc, f)); err != nil || fi.Size() == 0 {
+				t.Errorf("%s/%s missing or empty: %v", sc, f, err)
+			}
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "steady", "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []map[string]any
+	if err := json.Unmarshal(data, &results); err != nil {
+		t.Fatal(err)
+	}
+	required := []string{"policy", "requests", "completed", "shed", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+		"itl_p50_ms", "itl_p99_ms", "e2e_p99_ms", "goodput_rps", "kv_hit_rate", "kv_hit_upper_bound", "weight_churn"}
+	if len(results) != len(o.policies) {
+		t.Fatalf("%d results for %d policies", len(results), len(o.policies))
+	}
+	for _, r := range results {
+		for _, k := range required {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result %v lacks %s", r["policy"], k)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.md")); err != nil {
+		t.Errorf("no combined report: %v", err)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	if _, err := parseFlags([]string{"--help"}, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "slow-engine") {
+		t.Errorf("--help: %v, usage %q", err, stderr.String())
+	}
+	for _, args := range [][]string{
+		{},
+		{"--trace", "x", "--scenario", "storm"},
+		{"--trace", "x", "--sample", "0"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}
