@@ -31,6 +31,10 @@ type Workload struct {
 	Requests []Request
 	// Capacity is the fleet's capacity in requests/s: engines / mean cold service time.
 	Capacity float64
+	// ColdService is the trace's mean engine time per request with no prefix-cache hit
+	// (engine.Config.ServiceSeconds), and PrefillShare the part of it spent in prefill: what
+	// an operator's capacity figure for the fleet file would be derived from.
+	ColdService, PrefillShare float64
 	// Load is the offered load as a fraction of Capacity (1.5 for Overload).
 	Load float64
 	// Span is the time from the first to the last arrival.
@@ -52,14 +56,15 @@ type Action struct {
 	Slowdown float64
 }
 
-// Capacity returns the cold capacity of one engine in requests/s for a trace: the inverse
-// of the mean engine.Config.ServiceSeconds of its requests.
-func Capacity(cfg engine.Config, reqs []trace.Request) float64 {
-	total := 0.0
+// coldService returns the mean service seconds of reqs with no cache hit and the share of
+// it spent in prefill.
+func coldService(cfg engine.Config, reqs []trace.Request) (mean, prefillShare float64) {
+	total, prefill := 0.0, 0.0
 	for _, r := range reqs {
 		total += cfg.ServiceSeconds(r.InputTokens, max(r.OutputTokens, 1))
+		prefill += float64(r.InputTokens) / cfg.PrefillTokensPerSec
 	}
-	return float64(len(reqs)) / total
+	return total / float64(len(reqs)), prefill / total
 }
 
 // BuildWorkload rescales the trace to the offered load, assigns each request to a region
@@ -72,7 +77,8 @@ func BuildWorkload(c *Config) (*Workload, error) {
 	if c.Scenario == Overload {
 		w.Load = overloadFactor
 	}
-	w.Capacity = float64(c.engines()) * Capacity(c.Engine, c.Trace)
+	w.ColdService, w.PrefillShare = coldService(c.Engine, c.Trace)
+	w.Capacity = float64(c.engines()) / w.ColdService
 	scaled, err := trace.WithRate(c.Trace, w.Load*w.Capacity)
 	if err != nil {
 		return nil, fmt.Errorf("rescale the trace to %.2f x capacity: %w", w.Load, err)
