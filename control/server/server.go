@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/meridian-router/meridian/control/dashboard"
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/control/xds"
 	"github.com/meridian-router/meridian/envoy/resources"
@@ -189,12 +190,6 @@ func (s *Server) callbacks() serverv3.Callbacks {
 	}
 }
 
-// State is the introspection document served at /debug/state.
-type State struct {
-	Version string    `json:"version"`
-	Plan    *xds.Plan `json:"plan"`
-}
-
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -204,12 +199,17 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard", dashboard.Handler()))
+	mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/state", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(State{Version: s.pub.Version(), Plan: s.pub.Plan()})
+		s.mu.Lock()
+		f := s.fleet
+		s.mu.Unlock()
+		_ = enc.Encode(buildState(f, s.pub.Plan(), s.pub.Version(), time.Now()))
 	})
 	return mux
 }

@@ -319,18 +319,22 @@ func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[s
 // the weight of each engine address.
 func (s *Stack) PublishedWeights(ctx context.Context, node string) (map[string]map[string]uint32, error) {
 	var doc struct {
-		Plan struct {
-			Assignments map[string]map[string][]resources.Endpoint
-		} `json:"plan"`
+		Nodes map[string]struct {
+			Models map[string]struct {
+				Weights map[string]uint32 `json:"weights"`
+			} `json:"models"`
+		} `json:"nodes"`
 	}
 	if err := getJSON(ctx, s.ControlHTTP+"/debug/state", &doc); err != nil {
 		return nil, err
 	}
 	out := map[string]map[string]uint32{}
-	for model, eps := range doc.Plan.Assignments[node] {
+	for model, m := range doc.Nodes[node].Models {
 		hosts := map[string]uint32{}
-		for _, e := range eps {
-			hosts[e.Address] = e.Weight
+		for engine, w := range m.Weights {
+			if e, ok := s.Engines[engine]; ok {
+				hosts[e.Address] = w
+			}
 		}
 		out[resources.ClusterName(model)] = hosts
 	}

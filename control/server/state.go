@@ -1,0 +1,83 @@
+package server
+
+import (
+	"time"
+
+	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/control/xds"
+)
+
+// State is the introspection document served at /debug/state (and read by the dashboard):
+// the model's inputs and its current solution. Fields that have no value yet are omitted.
+type State struct {
+	Version      string               `json:"version"`
+	UpdatedAt    time.Time            `json:"updated_at"`
+	Models       []string             `json:"models"`
+	DefaultModel string               `json:"default_model"`
+	Nodes        map[string]NodeState `json:"nodes"`
+	Engines      []EngineState        `json:"engines"`
+	Solver       *SolverState         `json:"solver,omitempty"`
+}
+
+// NodeState is one data-plane cluster.
+type NodeState struct {
+	Region string                    `json:"region"`
+	Models map[string]NodeModelState `json:"models"`
+}
+
+// NodeModelState is what one node does with one model's traffic.
+type NodeModelState struct {
+	// Weights are the published EDS weights by engine name; absent engines get nothing.
+	Weights      map[string]uint32 `json:"weights"`
+	DemandRPS    float64           `json:"demand_rps"`
+	ShedFraction float64           `json:"shed_fraction"`
+}
+
+// EngineState is one engine's configuration and what the control server knows of it.
+type EngineState struct {
+	Name        string   `json:"name"`
+	Region      string   `json:"region"`
+	Address     string   `json:"address"`
+	Models      []string `json:"models"`
+	CapacityRPS float64  `json:"capacity_rps"`
+	Draining    bool     `json:"draining"`
+	// LoadRPS is the request rate the current solution sends it.
+	LoadRPS   float64  `json:"load_rps"`
+	TTFTP50Ms *float64 `json:"ttft_p50_ms,omitempty"`
+	Penalty   *float64 `json:"penalty,omitempty"`
+	// Suspect engines stopped reporting metrics: the solver does not treat them as idle.
+	Suspect bool `json:"suspect"`
+}
+
+// SolverState describes the last solve.
+type SolverState struct {
+	SolveMs   float64   `json:"solve_ms"`
+	Objective float64   `json:"objective"`
+	SolvedAt  time.Time `json:"solved_at"`
+}
+
+func buildState(f *fleet.Fleet, plan *xds.Plan, version string, at time.Time) State {
+	st := State{Version: version, UpdatedAt: at, DefaultModel: f.DefaultModel, Nodes: map[string]NodeState{}}
+	for _, m := range f.Models {
+		st.Models = append(st.Models, m.Name)
+	}
+	load := map[string]float64{}
+	for _, c := range f.Clusters {
+		ns := NodeState{Region: c.Region, Models: map[string]NodeModelState{}}
+		for _, m := range st.Models {
+			w := map[string]uint32{}
+			if plan != nil {
+				for _, e := range plan.Assignments[c.Name][m] {
+					w[e.Engine] = e.Weight
+				}
+			}
+			ns.Models[m] = NodeModelState{Weights: w}
+		}
+		st.Nodes[c.Name] = ns
+	}
+	for _, e := range f.Engines {
+		st.Engines = append(st.Engines, EngineState{Name: e.Name, Region: e.Region, Address: e.Address, Models: e.Models,
+			CapacityRPS: e.CapacityRPS, Draining: e.Draining, LoadRPS: load[e.Name]})
+	}
+	return st
+}
