@@ -304,9 +304,13 @@ func (x *EngineObservation) GetPenalty() float64 {
 type Policy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version changes whenever any field changes.
-	Version       string       `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Shed          []*ModelShed `protobuf:"bytes,2,rep,name=shed,proto3" json:"shed,omitempty"`
-	RetryBudget   *RetryBudget `protobuf:"bytes,3,opt,name=retry_budget,json=retryBudget,proto3" json:"retry_budget,omitempty"`
+	Version     string       `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Shed        []*ModelShed `protobuf:"bytes,2,rep,name=shed,proto3" json:"shed,omitempty"`
+	RetryBudget *RetryBudget `protobuf:"bytes,3,opt,name=retry_budget,json=retryBudget,proto3" json:"retry_budget,omitempty"`
+	// utilization is the planned load over capacity of the engines this node sends to, in
+	// [0, 1] (above 1 when demand exceeds capacity). The sidecar sizes the retry budget
+	// from the larger of this and what it measures locally.
+	Utilization   float64 `protobuf:"fixed64,4,opt,name=utilization,proto3" json:"utilization,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +364,13 @@ func (x *Policy) GetRetryBudget() *RetryBudget {
 		return x.RetryBudget
 	}
 	return nil
+}
+
+func (x *Policy) GetUtilization() float64 {
+	if x != nil {
+		return x.Utilization
+	}
+	return 0
 }
 
 // ModelShed asks the sidecar to shed this fraction of the model's requests at this node,
@@ -518,11 +529,12 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x10ttft_p90_seconds\x18\x06 \x01(\x01R\x0ettftP90Seconds\x12(\n" +
 	"\x10itl_mean_seconds\x18\a \x01(\x01R\x0eitlMeanSeconds\x12\x1b\n" +
 	"\tin_flight\x18\b \x01(\x01R\binFlight\x12\x18\n" +
-	"\apenalty\x18\t \x01(\x01R\apenalty\"\x8b\x01\n" +
+	"\apenalty\x18\t \x01(\x01R\apenalty\"\xad\x01\n" +
 	"\x06Policy\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12*\n" +
 	"\x04shed\x18\x02 \x03(\v2\x16.meridian.v1.ModelShedR\x04shed\x12;\n" +
-	"\fretry_budget\x18\x03 \x01(\v2\x18.meridian.v1.RetryBudgetR\vretryBudget\"=\n" +
+	"\fretry_budget\x18\x03 \x01(\v2\x18.meridian.v1.RetryBudgetR\vretryBudget\x12 \n" +
+	"\vutilization\x18\x04 \x01(\x01R\vutilization\"=\n" +
 	"\tModelShed\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bfraction\x18\x02 \x01(\x01R\bfraction\"\x92\x01\n" +
