@@ -1,0 +1,277 @@
+package guard
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// engineSim produces outcomes for one simulated engine.
+type engineSim struct {
+	name    string
+	errRate float64
+	ttft    time.Duration
+	itl     time.Duration
+}
+
+func (e engineSim) outcome(r *rand.Rand) Outcome {
+	jitter := func(d time.Duration) time.Duration { return time.Duration(float64(d) * (0.8 + 0.4*r.Float64())) }
+	if r.Float64() < e.errRate {
+		return Outcome{Engine: e.name, OK: false} // failed before the first byte
+	}
+	return Outcome{Engine: e.name, OK: true, TTFT: jitter(e.ttft), ITL: jitter(e.itl)}
+}
+
+func healthyFleet(n int) []engineSim {
+	out := make([]engineSim, n)
+	for i := range out {
+		out[i] = engineSim{name: fmt.Sprintf("engine-%d", i), errRate: 0.01, ttft: 200 * time.Millisecond, itl: 20 * time.Millisecond}
+	}
+	return out
+}
+
+// run feeds every engine 50 outcomes per second of virtual time, evaluating once a
+// second, and calls each(second, snapshot) after every evaluation.
+func run(clk *fakeClock, o *Outliers, fleet []engineSim, r *rand.Rand, seconds int, each func(int, *Penalties)) {
+	for s := range seconds {
+		for range 50 {
+			clk.Advance(20 * time.Millisecond)
+			for _, e := range fleet {
+				o.Observe(e.outcome(r))
+			}
+		}
+		each(s, o.Evaluate())
+	}
+}
+
+func newTestOutliers(t *testing.T) (*Outliers, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock()
+	o, err := NewOutliers(DefaultOutlierConfig(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, clk
+}
+
+func TestFailingEngineIsPenalizedAndRecovers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(*engineSim)
+		reason Reason
+		within int // seconds until the factor is at most 0.5
+	}{
+		// Errors show at once. A latency signal moves once the new samples outweigh
+		// the decayed old ones (the median needs about one StatsHalfLife, 5 s).
+		{"errors", func(e *engineSim) { e.errRate = 0.5 }, ReasonErrors, 3},
+		{"slow-ttft", func(e *engineSim) { e.ttft *= 4 }, ReasonTTFT, 10},
+		{"slow-itl", func(e *engineSim) { e.itl *= 3 }, ReasonITL, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, clk := newTestOutliers(t)
+			r := rand.New(rand.NewPCG(1, 2))
+			fleet := healthyFleet(6)
+			bad := fleet[2].name
+			peersUntouched := func(s int, p *Penalties) {
+				for _, e := range fleet {
+					if e.name != bad && p.Factor(e.name) != 1 {
+						t.Fatalf("second %d: healthy %s has factor %v", s, e.name, p.Factor(e.name))
+					}
+				}
+			}
+			run(clk, o, fleet, r, 20, func(s int, p *Penalties) {
+				peersUntouched(s, p)
+				if f := p.Factor(bad); f != 1 {
+					t.Fatalf("second %d: %s penalized (%v) while healthy", s, bad, f)
+				}
+			})
+
+			tc.break_(&fleet[2])
+			dropped := -1
+			run(clk, o, fleet, r, 30, func(s int, p *Penalties) {
+				peersUntouched(s, p)
+				if dropped < 0 && p.Factor(bad) <= 0.5 {
+					dropped = s + 1
+					if st := status(p, bad); st.Reason&tc.reason == 0 {
+						t.Errorf("%s penalized for %v, want %v", bad, st.Reason, tc.reason)
+					}
+				}
+			})
+			if dropped < 0 || dropped > tc.within {
+				t.Fatalf("factor of the failing engine fell to 0.5 after %d s, want within %d s", dropped, tc.within)
+			}
+			if f := o.Penalties().Factor(bad); f > 0.1 {
+				t.Errorf("after 30 s of failing, factor is %v, want at most 0.1", f)
+			}
+
+			fleet[2] = healthyFleet(3)[2]
+			recovered := -1
+			run(clk, o, fleet, r, 300, func(s int, p *Penalties) {
+				peersUntouched(s, p)
+				if recovered < 0 && p.Factor(bad) == 1 {
+					recovered = s + 1
+				}
+			})
+			if recovered < 0 {
+				t.Fatalf("healed engine still has factor %v after 300 s", o.Penalties().Factor(bad))
+			}
+			t.Logf("factor ≤ 0.5 after %d s of failure; back to 1 after %d s of health", dropped, recovered)
+		})
+	}
+}
+
+func status(p *Penalties, engine string) EngineStatus {
+	for _, s := range p.Engines() {
+		if s.Engine == engine {
+			return s
+		}
+	}
+	return EngineStatus{}
+}
+
+// Penalties are relative: when every engine degrades together nobody is singled out,
+// and comparisons need enough peers and enough samples.
+func TestNoPenaltyWithoutAClearOutlier(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fleet func() []engineSim
+		rate  int // outcomes per engine per second (divides 50)
+	}{
+		{"all-failing", func() []engineSim {
+			f := healthyFleet(5)
+			for i := range f {
+				f[i].errRate = 0.5
+			}
+			return f
+		}, 50},
+		{"two-engines", func() []engineSim {
+			f := healthyFleet(2)
+			f[1].errRate = 0.9
+			return f
+		}, 50},
+		{"small-spread", func() []engineSim {
+			f := healthyFleet(5)
+			f[0].ttft = f[0].ttft * 13 / 10 // 30% slower: below MinLatencyRatio
+			f[1].errRate = 0.04             // +3 points: below MinErrorRateExcess
+			return f
+		}, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, clk := newTestOutliers(t)
+			r := rand.New(rand.NewPCG(3, 4))
+			run(clk, o, tc.fleet(), r, 60, func(s int, p *Penalties) {
+				for _, st := range p.Engines() {
+					if st.Factor != 1 {
+						t.Fatalf("second %d: %s penalized to %v (%v)", s, st.Engine, st.Factor, st.Reason)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestTooFewSamplesAreNotJudged(t *testing.T) {
+	o, clk := newTestOutliers(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	fleet := healthyFleet(4)
+	for range 60 {
+		clk.Advance(time.Second)
+		for _, e := range fleet {
+			o.Observe(e.outcome(r))
+		}
+		// The bad engine sends one outcome per second: about 7 decayed samples
+		// (1/s × 5 s / ln 2), under MinRequests (20), so its 100% error rate is not
+		// yet evidence.
+		o.Observe(Outcome{Engine: "rare", OK: false})
+		if f := o.Evaluate().Factor("rare"); f != 1 {
+			t.Fatalf("engine with too few samples penalized to %v", f)
+		}
+	}
+}
+
+func TestVersionChangesOnlyWithFactors(t *testing.T) {
+	o, clk := newTestOutliers(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	fleet := healthyFleet(5)
+	var v uint64
+	run(clk, o, fleet, r, 20, func(_ int, p *Penalties) { v = p.Version })
+	if v != 0 {
+		t.Fatalf("healthy fleet bumped the version to %d", v)
+	}
+	fleet[0].errRate = 0.6
+	bumps := 0
+	run(clk, o, fleet, r, 10, func(_ int, p *Penalties) {
+		if p.Version != v {
+			bumps++
+			v = p.Version
+		}
+	})
+	if bumps == 0 || bumps > 10 {
+		t.Fatalf("%d version bumps while one engine's factor fell, want 1..10", bumps)
+	}
+}
+
+func TestNilPenaltiesPenalizeNobody(t *testing.T) {
+	var p *Penalties
+	if p.Factor("x") != 1 || p.Engines() != nil {
+		t.Fatal("a nil *Penalties must give factor 1 and no engines")
+	}
+}
+
+func TestTTFTQuantiles(t *testing.T) {
+	var s engineStats
+	for i := 1; i <= 1000; i++ { // uniform 1..1000 ms
+		s.add(Outcome{Engine: "e", OK: true, TTFT: time.Duration(i) * time.Millisecond})
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Millisecond}, {0.9, 900 * time.Millisecond}, {0.1, 100 * time.Millisecond}} {
+		got := s.ttftQuantile(tc.q)
+		if rel := math.Abs(float64(got)/float64(tc.want) - 1); rel > 0.1 {
+			t.Errorf("quantile %.1f = %v, want %v ± 10%%", tc.q, got, tc.want)
+		}
+	}
+	for _, d := range []time.Duration{0, time.Microsecond, 350 * time.Microsecond, time.Second, time.Hour} {
+		lo, hi := bucketBounds(latencyBucket(d))
+		if d < lo || (d >= hi && latencyBucket(d) != latencyBuckets-1) {
+			t.Errorf("%v lands in bucket %d = [%v, %v)", d, latencyBucket(d), lo, hi)
+		}
+	}
+}
+
+func TestOutlierConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		edit  func(*OutlierConfig)
+	}{
+		{"statsHalfLife", func(c *OutlierConfig) { c.StatsHalfLife = 0 }},
+		{"dropHalfLife", func(c *OutlierConfig) { c.DropHalfLife = -time.Second }},
+		{"recoverHalfLife", func(c *OutlierConfig) { c.RecoverHalfLife = 0 }},
+		{"minRequests", func(c *OutlierConfig) { c.MinRequests = 0.5 }},
+		{"minPeers", func(c *OutlierConfig) { c.MinPeers = 2 }},
+		{"madFactor", func(c *OutlierConfig) { c.MADFactor = math.NaN() }},
+		{"minErrorRateExcess", func(c *OutlierConfig) { c.MinErrorRateExcess = 0 }},
+		{"minLatencyRatio", func(c *OutlierConfig) { c.MinLatencyRatio = 1 }},
+		{"minFactor", func(c *OutlierConfig) { c.MinFactor = 0 }},
+		{"quantum", func(c *OutlierConfig) { c.Quantum = 0.6 }},
+	} {
+		c := DefaultOutlierConfig()
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Validate() = %v, want an error naming %s", err, tc.field)
+		}
+		if _, err := NewOutliers(c, newFakeClock()); err == nil {
+			t.Errorf("NewOutliers accepted a config with a bad %s", tc.field)
+		}
+	}
+	if err := DefaultOutlierConfig().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+	if _, err := NewOutliers(DefaultOutlierConfig(), nil); err == nil {
+		t.Error("NewOutliers accepted a nil clock")
+	}
+}

@@ -1,0 +1,273 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// OtherModels names the shared entry for models beyond ShedConfig.MaxModels.
+const OtherModels = "(other)"
+
+// ShedConfig configures a Shedder. Start from DefaultShedConfig.
+type ShedConfig struct {
+	// Priorities is the number of priority classes, 0..Priorities-1, higher more
+	// important; in [1, 64].
+	Priorities int
+	// RateHalfLife is the memory of the per-class arrival rates that place the cutoff.
+	RateHalfLife time.Duration
+	// MaxModels bounds the models tracked by name (model names come from request
+	// bodies); requests for further models share one entry, OtherModels. Models named
+	// by the control server's policy are always tracked.
+	MaxModels int
+	// RetryAfter is the delay a shed request is told to wait (Retry-After).
+	RetryAfter time.Duration
+}
+
+// DefaultShedConfig returns the sidecar's defaults.
+func DefaultShedConfig() ShedConfig {
+	return ShedConfig{Priorities: 4, RateHalfLife: 5 * time.Second, MaxModels: 256, RetryAfter: time.Second}
+}
+
+// Validate reports every field that is out of range, naming it.
+func (c ShedConfig) Validate() error {
+	var errs []error
+	if c.Priorities < 1 || c.Priorities > 64 {
+		errs = append(errs, fmt.Errorf("guard: shed.priorities is %d: want 1..64", c.Priorities))
+	}
+	if c.RateHalfLife <= 0 {
+		errs = append(errs, fmt.Errorf("guard: shed.rateHalfLife is %v: want > 0", c.RateHalfLife))
+	}
+	if c.MaxModels < 1 {
+		errs = append(errs, fmt.Errorf("guard: shed.maxModels is %d: want >= 1", c.MaxModels))
+	}
+	if c.RetryAfter < time.Second || c.RetryAfter%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("guard: shed.retryAfter is %v: want whole seconds >= 1s (Retry-After has no fractions)", c.RetryAfter))
+	}
+	return errors.Join(errs...)
+}
+
+// ShedReason says why a request is shed.
+type ShedReason uint8
+
+// Why a request is shed, if it is.
+const (
+	Admit     ShedReason = iota // not shed
+	ShedQuota                   // the control server's shed fraction for the model
+	ShedLimit                   // every candidate engine is at its local limit
+)
+
+func (r ShedReason) String() string {
+	switch r {
+	case Admit:
+		return "admit"
+	case ShedQuota:
+		return "quota"
+	case ShedLimit:
+		return "limit"
+	}
+	return fmt.Sprintf("ShedReason(%d)", uint8(r))
+}
+
+// Decision is the verdict on one request.
+type Decision struct {
+	Reason ShedReason
+	// RetryAfter is set when the request is shed.
+	RetryAfter time.Duration
+}
+
+// Shed reports whether the request must be answered 503 now.
+func (d Decision) Shed() bool { return d.Reason != Admit }
+
+// ModelDemand is one model's recent arrival and shed rates, for load reports.
+type ModelDemand struct {
+	Model             string
+	RequestsPerSecond float64
+	ShedPerSecond     float64
+}
+
+// Shedder decides which requests to shed. For a model with shed fraction f it keeps
+// decayed per-class arrival counts, and sheds whole classes from the lowest up while
+// their share of arrivals fits in f, and then the needed part of the next class (the
+// cutoff class), spread evenly over its arrivals by error diffusion. Decisions are
+// deterministic given the arrival sequence and the clock. Safe for concurrent use.
+type Shedder struct {
+	cfg   ShedConfig
+	clock Clock
+
+	mu     sync.RWMutex
+	models map[string]*modelState
+}
+
+type modelState struct {
+	mu        sync.Mutex
+	fraction  float64
+	arrivals  []float64 // per class, decayed
+	shed      float64   // decayed
+	carry     []float64 // error-diffusion remainder per class
+	decayedAt time.Time
+}
+
+// NewShedder returns a shedder that sheds nothing until SetFractions says so (or a
+// request arrives with every candidate at its limit).
+func NewShedder(cfg ShedConfig, clock Clock) (*Shedder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		return nil, errors.New("guard: NewShedder needs a Clock (SystemClock in production)")
+	}
+	return &Shedder{cfg: cfg, clock: clock, models: make(map[string]*modelState)}, nil
+}
+
+// SetFractions replaces every model's shed fraction (models not named get 0). A value
+// outside [0, 1] is refused and the current fractions stay.
+func (s *Shedder) SetFractions(fractions map[string]float64) error {
+	for m, f := range fractions {
+		if !(f >= 0 && f <= 1) {
+			return fmt.Errorf("guard: shed fraction for model %q is %v: want in [0, 1]", m, f)
+		}
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for m := range fractions {
+		if s.models[m] == nil {
+			s.models[m] = s.newModel(now)
+		}
+	}
+	for m, st := range s.models {
+		st.mu.Lock()
+		st.fraction = fractions[m]
+		st.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Shedder) newModel(now time.Time) *modelState {
+	return &modelState{
+		arrivals:  make([]float64, s.cfg.Priorities),
+		carry:     make([]float64, s.cfg.Priorities),
+		decayedAt: now,
+	}
+}
+
+// model returns the state for a model name, creating it within MaxModels.
+func (s *Shedder) model(name string, now time.Time) *modelState {
+	s.mu.RLock()
+	st := s.models[name]
+	s.mu.RUnlock()
+	if st != nil {
+		return st
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st = s.models[name]; st != nil {
+		return st
+	}
+	if len(s.models) >= s.cfg.MaxModels {
+		name = OtherModels
+		if st = s.models[name]; st != nil {
+			return st
+		}
+	}
+	st = s.newModel(now)
+	s.models[name] = st
+	return st
+}
+
+// Decide counts one arriving request of the model at the given priority and says
+// whether to shed it. atLimit is the picker's verdict that every candidate engine is
+// at its local limit: such a request is shed whatever its priority. Priorities
+// outside [0, Priorities-1] are treated as the nearest class.
+func (s *Shedder) Decide(model string, priority int, atLimit bool) Decision {
+	now := s.clock.Now()
+	p := min(max(priority, 0), s.cfg.Priorities-1)
+	st := s.model(model, now)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.decayTo(now, s.cfg.RateHalfLife)
+	st.arrivals[p]++
+	reason := Admit
+	switch {
+	case atLimit:
+		reason = ShedLimit
+	case st.fraction > 0 && st.quota(p):
+		reason = ShedQuota
+	}
+	if reason == Admit {
+		return Decision{}
+	}
+	st.shed++
+	return Decision{Reason: reason, RetryAfter: s.cfg.RetryAfter}
+}
+
+// decayTo ages the counts. Steps shorter than 1/64 of the half-life are skipped (the
+// counts they would age are added at full weight), which keeps Exp2 off most requests.
+func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
+	dt := now.Sub(st.decayedAt)
+	if dt < halfLife/64 {
+		return
+	}
+	f := halfLifeDecay(dt, halfLife)
+	for i := range st.arrivals {
+		st.arrivals[i] *= f
+	}
+	st.shed *= f
+	st.decayedAt = now
+}
+
+// quota reports whether the fraction asks to shed this arrival of class p.
+func (st *modelState) quota(p int) bool {
+	total := 0.0
+	for _, a := range st.arrivals {
+		total += a
+	}
+	target, below := st.fraction*total, 0.0
+	for c, a := range st.arrivals {
+		if below+a <= target {
+			if c == p {
+				return true // a class wholly shed
+			}
+			below += a
+			continue
+		}
+		if c != p {
+			// c is the cutoff class and p is above it: every class below c was
+			// wholly shed, and p would have been found among them.
+			return false
+		}
+		st.carry[c] += (target - below) / a
+		if st.carry[c] >= 1 {
+			st.carry[c]--
+			return true
+		}
+		return false
+	}
+	return true // unreachable: arrivals[p] > 0 puts p in the loop
+}
+
+// Demand returns every tracked model's arrival and shed rates, sorted by model.
+func (s *Shedder) Demand() []ModelDemand {
+	now := s.clock.Now()
+	perSecond := math.Ln2 / s.cfg.RateHalfLife.Seconds() // a decayed count of a steady rate λ is λ·H/ln 2
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]ModelDemand, 0, len(s.models))
+	for m, st := range s.models {
+		st.mu.Lock()
+		st.decayTo(now, s.cfg.RateHalfLife)
+		total := 0.0
+		for _, a := range st.arrivals {
+			total += a
+		}
+		out = append(out, ModelDemand{Model: m, RequestsPerSecond: total * perSecond, ShedPerSecond: st.shed * perSecond})
+		st.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b ModelDemand) int { return strings.Compare(a.Model, b.Model) })
+	return out
+}

@@ -1,0 +1,218 @@
+package guard
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+func newTestShedder(t *testing.T) (*Shedder, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock()
+	s, err := NewShedder(DefaultShedConfig(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+// mix is the arrival share of priority classes 0..3 (0 the least important).
+var mix = []float64{0.4, 0.3, 0.2, 0.1}
+
+func drawClass(r *rand.Rand) int {
+	u, cum := r.Float64(), 0.0
+	for c, m := range mix {
+		cum += m
+		if u < cum {
+			return c
+		}
+	}
+	return len(mix) - 1
+}
+
+// expectedShed is the per-class shed fraction that sheds f of all arrivals, lowest
+// classes first and nothing more than needed.
+func expectedShed(f float64) []float64 {
+	out := make([]float64, len(mix))
+	left := f
+	for c, m := range mix {
+		out[c] = min(1, left/m)
+		left = max(0, left-m)
+	}
+	return out
+}
+
+func TestShedsLowestPriorityFirst(t *testing.T) {
+	for _, f := range []float64{0.05, 0.3, 0.5, 0.75, 0.95, 1} {
+		t.Run(fmt.Sprint(f), func(t *testing.T) {
+			s, clk := newTestShedder(t)
+			if err := s.SetFractions(map[string]float64{"m": f}); err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(11, 12))
+			arrived, shed := make([]float64, len(mix)), make([]float64, len(mix))
+			const warmup, n = 5000, 60000 // 1000 req/s: 5 s to learn the mix, then 60 s
+			for i := range warmup + n {
+				clk.Advance(time.Millisecond)
+				c := drawClass(r)
+				d := s.Decide("m", c, false)
+				if i < warmup {
+					continue
+				}
+				arrived[c]++
+				if d.Shed() {
+					shed[c]++
+					if d.Reason != ShedQuota || d.RetryAfter != DefaultShedConfig().RetryAfter {
+						t.Fatalf("decision %+v, want ShedQuota with Retry-After", d)
+					}
+				}
+			}
+			total := 0.0
+			want := expectedShed(f)
+			for c := range mix {
+				total += shed[c]
+				got := shed[c] / arrived[c]
+				if math.Abs(got-want[c]) > 0.03 {
+					t.Errorf("class %d: shed %.3f of its requests, want %.3f", c, got, want[c])
+				}
+			}
+			if got := total / n; math.Abs(got-f) > 0.01 {
+				t.Errorf("shed %.4f of all requests, want %.4f ± 0.01", got, f)
+			}
+		})
+	}
+}
+
+func TestShedNothingUnlessAsked(t *testing.T) {
+	s, clk := newTestShedder(t)
+	if err := s.SetFractions(map[string]float64{"other-model": 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		clk.Advance(time.Millisecond)
+		if d := s.Decide("m", i%4, false); d.Shed() {
+			t.Fatalf("request %d shed (%v) with no fraction for its model", i, d.Reason)
+		}
+	}
+	// Every candidate at its local limit: shed even the most important request.
+	if d := s.Decide("m", 3, true); d.Reason != ShedLimit || d.RetryAfter != time.Second {
+		t.Fatalf("at limit: %+v, want ShedLimit with Retry-After 1s", d)
+	}
+	// Setting the fractions again replaces them: "other-model" goes back to 0.
+	if err := s.SetFractions(nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 1000 {
+		clk.Advance(time.Millisecond)
+		if s.Decide("other-model", 0, false).Shed() {
+			t.Fatal("model dropped from the policy is still shed")
+		}
+	}
+}
+
+func TestShedDemandRates(t *testing.T) {
+	s, clk := newTestShedder(t)
+	_ = s.SetFractions(map[string]float64{"m": 0.25})
+	r := rand.New(rand.NewPCG(1, 1))
+	for range 30 * 200 { // 200 req/s for 30 s (six half-lives)
+		clk.Advance(5 * time.Millisecond)
+		s.Decide("m", drawClass(r), false)
+	}
+	d := s.Demand()
+	if len(d) != 1 || d[0].Model != "m" {
+		t.Fatalf("Demand() = %+v, want one entry for m", d)
+	}
+	if math.Abs(d[0].RequestsPerSecond/200-1) > 0.05 || math.Abs(d[0].ShedPerSecond/50-1) > 0.05 {
+		t.Fatalf("Demand() = %+v, want about 200 req/s and 50 shed/s", d[0])
+	}
+}
+
+func TestShedModelsAreBounded(t *testing.T) {
+	cfg := DefaultShedConfig()
+	cfg.MaxModels = 3
+	s, err := NewShedder(cfg, newFakeClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		s.Decide(fmt.Sprintf("junk-%d", i), 0, false)
+	}
+	d := s.Demand()
+	if len(d) != 4 || d[0].Model != OtherModels { // 3 named + the shared entry
+		t.Fatalf("Demand() has %d models (%+v), want 3 named and %s", len(d), d, OtherModels)
+	}
+}
+
+// Concurrent callers must not race (run with -race) and every arrival is counted.
+func TestShedConcurrent(t *testing.T) {
+	s, clk := newTestShedder(t)
+	_ = s.SetFractions(map[string]float64{"a": 0.5, "b": 0.1})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				clk.Advance(time.Microsecond)
+				s.Decide([]string{"a", "b"}[(g+i)%2], i%4, false)
+				if i%500 == 0 {
+					_ = s.SetFractions(map[string]float64{"a": 0.5, "b": 0.1})
+					s.Demand()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := 0.0
+	for _, d := range s.Demand() {
+		total += d.RequestsPerSecond
+	}
+	if total <= 0 {
+		t.Fatal("no arrivals counted")
+	}
+}
+
+func TestShedValidate(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		edit  func(*ShedConfig)
+	}{
+		{"priorities", func(c *ShedConfig) { c.Priorities = 0 }},
+		{"priorities", func(c *ShedConfig) { c.Priorities = 65 }},
+		{"rateHalfLife", func(c *ShedConfig) { c.RateHalfLife = 0 }},
+		{"maxModels", func(c *ShedConfig) { c.MaxModels = 0 }},
+		{"retryAfter", func(c *ShedConfig) { c.RetryAfter = 1500 * time.Millisecond }},
+	} {
+		c := DefaultShedConfig()
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Validate() = %v, want an error naming %s", err, tc.field)
+		}
+	}
+	s, _ := newTestShedder(t)
+	for _, bad := range []float64{-0.1, 1.1, math.NaN()} {
+		if err := s.SetFractions(map[string]float64{"m": bad}); err == nil {
+			t.Errorf("SetFractions accepted %v", bad)
+		}
+	}
+}
+
+func TestFractionsFromProto(t *testing.T) {
+	got, err := FractionsFromProto([]*meridianv1.ModelShed{{Model: "a", Fraction: 0.2}, {Model: "b", Fraction: 0}})
+	if err != nil || len(got) != 2 || got["a"] != 0.2 || got["b"] != 0 {
+		t.Fatalf("FractionsFromProto = %v, %v", got, err)
+	}
+	for name, bad := range map[string][]*meridianv1.ModelShed{
+		"duplicate": {{Model: "a", Fraction: 0.1}, {Model: "a", Fraction: 0.2}},
+		"unnamed":   {{Fraction: 0.1}},
+		"too-big":   {{Model: "a", Fraction: 1.5}},
+	} {
+		if _, err := FractionsFromProto(bad); err == nil {
+			t.Errorf("%s: FractionsFromProto accepted %v", name, bad)
+		}
+	}
+}
