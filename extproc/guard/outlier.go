@@ -231,8 +231,11 @@ func (o *Outliers) Observe(out Outcome) {
 	e.stats.add(out)
 }
 
+// decayTo ages an engine's statistics. Steps shorter than 1/64 of the half-life are
+// skipped (outcomes inside one count at full weight), which keeps the histogram
+// decay off most observations.
 func (o *Outliers) decayTo(e *engineState, now time.Time) {
-	if dt := now.Sub(e.decayedAt); dt > 0 {
+	if dt := now.Sub(e.decayedAt); dt >= o.cfg.StatsHalfLife/64 {
 		e.stats.decay(halfLifeDecay(dt, o.cfg.StatsHalfLife))
 		e.decayedAt = now
 	}

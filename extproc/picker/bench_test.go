@@ -22,8 +22,8 @@ func loadedTable(b *testing.B, n int) *Table {
 	return tb
 }
 
-// BenchmarkPick is the per-request hot path: one Pick of a fresh key.
-func BenchmarkPick(b *testing.B) {
+// benchRequests runs request(tb, key, dst) over fresh keys at every benchmark size.
+func benchRequests(b *testing.B, request func(tb *Table, key uint64, dst []int) []int) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
 			tb := loadedTable(b, n)
@@ -32,33 +32,29 @@ func BenchmarkPick(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				dst = tb.Pick(ks[i&(len(ks)-1)], dst).Order
+				dst = request(tb, ks[i&(len(ks)-1)], dst)
 				i++
 			}
 		})
 	}
 }
 
+// BenchmarkPick is the per-request hot path: one Pick of a fresh key.
+func BenchmarkPick(b *testing.B) {
+	benchRequests(b, func(tb *Table, key uint64, dst []int) []int { return tb.Pick(key, dst).Order })
+}
+
 // BenchmarkPickStartDone adds the in-flight accounting and the header formatting a
 // request pays on top of Pick.
 func BenchmarkPickStartDone(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
-			tb := loadedTable(b, n)
-			ks := keys(1<<14, 19)
-			dst := make([]int, 0, tb.cfg.Fallbacks+1)
-			buf := make([]byte, 0, 128)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				dst = tb.Pick(ks[i&(len(ks)-1)], dst).Order
-				tk := tb.Start(dst[0])
-				buf = tb.AppendAddrs(buf[:0], dst)
-				tk.Done()
-				i++
-			}
-		})
-	}
+	buf := make([]byte, 0, 128)
+	benchRequests(b, func(tb *Table, key uint64, dst []int) []int {
+		dst = tb.Pick(key, dst).Order
+		tk := tb.Start(dst[0])
+		buf = tb.AppendAddrs(buf[:0], dst)
+		tk.Done()
+		return dst
+	})
 }
 
 // BenchmarkPickHotKey is the spill path: one key whose first choices are over their

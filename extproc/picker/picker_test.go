@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -334,6 +336,50 @@ func TestNewTableRejectsBadEndpoints(t *testing.T) {
 		_, err := NewTable(testConfig(), eps, tc.loads)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewTable error = %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Picks, starts and ends from many goroutines while tables are swapped must leave
+// every counter at zero (run with -race to check the memory model too).
+func TestConcurrentPicksBalanceCounters(t *testing.T) {
+	loads := NewLoads()
+	eps := fleet(32, skewed)
+	var cur atomic.Pointer[Table]
+	cur.Store(mustTable(t, testConfig(), eps, loads))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			dst := make([]int, 0, 3)
+			var open []Ticket
+			for i, k := range keys(5000, uint64(g)) {
+				tb := cur.Load()
+				r := tb.Pick(k, dst)
+				open = append(open, tb.Start(r.Order[0]))
+				if i%3 == 0 { // keep some in flight across swaps
+					for _, tk := range open {
+						tk.Done()
+					}
+					open = open[:0]
+				}
+			}
+			for _, tk := range open {
+				tk.Done()
+			}
+		})
+	}
+	for i := range 5 {
+		next := slices.Clone(eps)
+		next[i].Weight *= 2
+		cur.Store(mustTable(t, testConfig(), next, loads))
+	}
+	wg.Wait()
+	if total := loads.Total(); total != 0 {
+		t.Fatalf("total in flight after every Done: %d, want 0", total)
+	}
+	for _, ep := range eps {
+		if n := loads.InFlight(ep.Address); n != 0 {
+			t.Fatalf("%s: %d in flight after every Done", ep.Address, n)
 		}
 	}
 }
