@@ -103,8 +103,14 @@ func TestOpenLoopEndToEnd(t *testing.T) {
 	if eng, _ := s["engines"].(map[string]any); eng["eng-x"] != 12.0 {
 		t.Errorf("engines = %v, want eng-x: 12", s["engines"])
 	}
-	if p50, _ := s["ttft_p50_ms"].(float64); p50 < 5 || p50 > 60 {
-		t.Errorf("ttft_p50_ms = %v, want about 5", p50)
+	// Exact timing is load's test; here the fields must hold sane values: the
+	// server sends the first token after 5 ms and the last after 15 ms (a busy
+	// machine may deliver chunks together, so gaps are only known positive).
+	ttft, _ := s["ttft_p50_ms"].(float64)
+	itl, _ := s["itl_p50_ms"].(float64)
+	e2e, _ := s["e2e_p50_ms"].(float64)
+	if ttft < 5 || itl <= 0 || e2e < 15 || e2e < ttft {
+		t.Errorf("ttft_p50_ms %v, itl_p50_ms %v, e2e_p50_ms %v: want ttft >= 5, itl > 0, e2e >= max(15, ttft)", ttft, itl, e2e)
 	}
 	if count.Load() != 12 || priority.Load() != "low" {
 		t.Errorf("server saw %d requests, priority %q", count.Load(), priority.Load())

@@ -26,6 +26,11 @@ var azureLayouts = []string{
 	"2006-01-02T15:04:05",
 }
 
+// maxAzureSpan bounds how far a row may be from the first one. It keeps
+// arrival differences far from time.Duration's 292-year range, and no real
+// trace spans ten years.
+const maxAzureSpan = 10 * 365 * 24 * time.Hour
+
 type azureDecoder struct {
 	cr      *csv.Reader
 	source  string
@@ -99,6 +104,9 @@ func (d *azureDecoder) parse(rec []string) (Request, string, error) {
 	}
 	if !d.started {
 		d.first, d.started = at, true
+	}
+	if at.Before(d.first.Add(-maxAzureSpan)) || at.After(d.first.Add(maxAzureSpan)) {
+		return Request{}, "TIMESTAMP", fmt.Errorf("%s is more than %v from the first row's %s", rec[d.ts], maxAzureSpan, d.first.Format(azureLayouts[0]))
 	}
 	return Request{Arrival: at.Sub(d.first), InputTokens: in, OutputTokens: out}, "", nil
 }

@@ -177,6 +177,7 @@ func TestReadErrors(t *testing.T) {
 		{"azure bad timestamp", FormatAzure, hdr + "2023-11-16 18:15:46,1,2\nyesterday,1,2\n", "t.jsonl:3: TIMESTAMP: \"yesterday\" is not a timestamp"},
 		{"azure bad context", FormatAzure, hdr + "2023-11-16 18:15:46,x,2\n", "t.jsonl:2: ContextTokens: \"x\" is not an integer"},
 		{"azure negative generated", FormatAzure, hdr + "2023-11-16 18:15:46,1,-2\n", "t.jsonl:2: GeneratedTokens: -2 is outside"},
+		{"azure span", FormatAzure, hdr + "2027-01-01 00:00:00,1,2\n0001-01-01 00:00:00,1,2\n", "t.jsonl:3: TIMESTAMP: 0001-01-01 00:00:00 is more than 87600h0m0s from the first row's 2027-01-01 00:00:00"},
 		{"azure short row", FormatAzure, hdr + "2023-11-16 18:15:46,1\n", "t.jsonl:2: wrong number of fields"},
 	}
 	for _, tt := range tests {

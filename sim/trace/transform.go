@@ -56,7 +56,11 @@ func WithSpeed(reqs []Request, speed float64) ([]Request, error) {
 	}
 	out := clone(reqs)
 	for i := range out {
-		out[i].Arrival = time.Duration(math.Round(float64(out[i].Arrival) / speed))
+		at := math.Round(float64(out[i].Arrival) / speed)
+		if math.Abs(at) >= math.MaxInt64 {
+			return nil, fmt.Errorf("speed %v: arrival %v would overflow", speed, out[i].Arrival)
+		}
+		out[i].Arrival = time.Duration(at)
 	}
 	return out, nil
 }

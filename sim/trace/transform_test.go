@@ -64,6 +64,9 @@ func TestWithSpeed(t *testing.T) {
 	if _, err := WithSpeed(evenTrace(5), 0); err == nil {
 		t.Error("speed 0 accepted")
 	}
+	if _, err := WithSpeed([]Request{{Arrival: time.Duration(math.MaxInt64 / 2)}}, 0.25); err == nil {
+		t.Error("an overflowing arrival was accepted")
+	}
 }
 
 func TestFirstAndWindow(t *testing.T) {

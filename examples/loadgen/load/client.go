@@ -63,6 +63,9 @@ type Result struct {
 	// Start is when the request was sent, from the start of the run; Queued
 	// is how late against its schedule it got a concurrency slot.
 	Start, Queued time.Duration
+	// Sent is the instant of Start on the process clock, for correlating
+	// with server-side timestamps.
+	Sent time.Time
 	// Status is the HTTP status, zero when no response arrived.
 	Status int
 	// Engine is the x-served-by response header.
@@ -146,11 +149,12 @@ func (r *Runner) body(prompt string, maxTokens int) ([]byte, error) {
 	return json.Marshal(b)
 }
 
-// send posts body and fills res; res.Start is already set.
+// send posts body and fills res.
 func (r *Runner) send(ctx context.Context, body []byte, res *Result) {
 	reqCtx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	t0 := time.Now()
+	res.Sent, res.Start = t0, t0.Sub(r.start)
 	defer func() { res.E2E = time.Since(t0) }()
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {

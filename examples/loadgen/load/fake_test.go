@@ -29,17 +29,30 @@ type fakeEngine struct {
 
 	count, inFlight, maxInFlight atomic.Int64
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// served records, by prompt, when the handler flushed the first and the
+	// last text chunk of a streamed request: the client must see each at
+	// that instant or a little later, never earlier.
+	served  map[string]servedTimes
 	bodies  []requestBody
 	paths   []string
 	headers []http.Header
 }
+
+type servedTimes struct{ first, last time.Time }
 
 func (f *fakeEngine) start(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+func (f *fakeEngine) servedAt(prompt string) (servedTimes, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.served[prompt]
+	return st, ok
 }
 
 func (f *fakeEngine) seen() ([]requestBody, []string, []http.Header) {
@@ -89,10 +102,14 @@ func (f *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":%d}}`, f.tokens)
 		return
 	}
-	f.stream(w, r.URL.Path == Chat.path(), release)
+	prompt := body.Prompt
+	if len(body.Messages) > 0 {
+		prompt = body.Messages[0].Content
+	}
+	f.stream(w, r.URL.Path == Chat.path(), release, prompt)
 }
 
-func (f *fakeEngine) stream(w http.ResponseWriter, chat bool, release func()) {
+func (f *fakeEngine) stream(w http.ResponseWriter, chat bool, release func(), prompt string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
 	send := func(s string) {
@@ -106,9 +123,14 @@ func (f *fakeEngine) stream(w http.ResponseWriter, chat bool, release func()) {
 	send(`{"choices":[{"delta":{"role":"assistant"}}]}`)
 	fmt.Fprint(w, ": keep-alive comment\n\n")
 	time.Sleep(f.ttft)
+	var times servedTimes
 	for i := range f.tokens {
 		if i > 0 {
 			time.Sleep(f.itl)
+		}
+		times.last = time.Now() // before the flush, which the client may see at once
+		if i == 0 {
+			times.first = times.last
 		}
 		send(token)
 		if f.streamError {
@@ -116,6 +138,12 @@ func (f *fakeEngine) stream(w http.ResponseWriter, chat bool, release func()) {
 			return
 		}
 	}
+	f.mu.Lock()
+	if f.served == nil {
+		f.served = map[string]servedTimes{}
+	}
+	f.served[prompt] = times
+	f.mu.Unlock()
 	if !f.noUsage {
 		send(fmt.Sprintf(`{"choices":[],"usage":{"completion_tokens":%d}}`, 1000+f.tokens))
 	}

@@ -202,7 +202,6 @@ func (r *Runner) do(ctx context.Context, req trace.Request, res Result) {
 		maxTokens = min(maxTokens, r.cfg.MaxOutput)
 	}
 	res.PromptBytes = len(prompt)
-	res.Start = time.Since(r.start)
 	body, err := r.body(prompt, maxTokens)
 	if err != nil {
 		res.Class, res.Detail = ClassBadBody, fmt.Sprintf("encode request: %v", err)

@@ -79,14 +79,38 @@ func TestStreamingLatencies(t *testing.T) {
 			if s.OK != 4 || s.Requests != 4 || s.Engines["e1"] != 4 || s.ErrorsTotal != 0 {
 				t.Fatalf("summary %+v", s)
 			}
-			slack := 30.0 // ms: a shared 2-core machine schedules late, never early
-			within(t, "ttft p50", s.TTFTP50, ms(ttft), ms(ttft)+slack)
-			within(t, "ttft p99", s.TTFTP99, ms(ttft), ms(ttft)+slack)
-			within(t, "itl p50", s.ITLP50, ms(itl), ms(itl)+slack)
-			within(t, "e2e p50", s.E2EP50, ms(ttft+(tokens-1)*itl), ms(ttft+(tokens-1)*itl)+2*slack)
+			// Timers fire late, never early, so the nominal delays bound the
+			// measurements from below. From above, the client must see each
+			// chunk soon after the server flushed it: comparing instants on
+			// the shared clock leaves out connection set-up and server
+			// scheduling, which a busy machine makes unbounded.
+			slack := 50 * time.Millisecond
+			within(t, "ttft p50", s.TTFTP50, ms(ttft), 10*ms(ttft))
+			within(t, "itl p50", s.ITLP50, ms(itl)/2, 10*ms(itl))
+			within(t, "e2e p50", s.E2EP50, ms(ttft+(tokens-1)*itl), 10*ms(ttft+(tokens-1)*itl))
 			for _, r := range results {
 				if len(r.ITLs) != tokens-1 || r.Tokens != tt.wantTokens {
 					t.Errorf("result %d: %d gaps and %d tokens, want %d and %d", r.Index, len(r.ITLs), r.Tokens, tokens-1, tt.wantTokens)
+				}
+				srv, ok := eng.servedAt(cfg.Synth.Prompt(trace.Request{InputTokens: 100}, uint64(r.Index)))
+				if !ok {
+					t.Fatalf("result %d: the server did not stream its prompt", r.Index)
+				}
+				firstSeen := r.Sent.Add(r.TTFT)
+				lastSeen := firstSeen
+				for _, g := range r.ITLs {
+					lastSeen = lastSeen.Add(g)
+				}
+				for _, c := range []struct {
+					name         string
+					seen, served time.Time
+				}{{"first chunk", firstSeen, srv.first}, {"last chunk", lastSeen, srv.last}} {
+					if d := c.seen.Sub(c.served); d < 0 || d > slack {
+						t.Errorf("result %d: %s seen %v after the server flushed it, want within [0, %v]", r.Index, c.name, d, slack)
+					}
+				}
+				if r.TTFT < ttft {
+					t.Errorf("result %d: ttft %v below the server's %v", r.Index, r.TTFT, ttft)
 				}
 			}
 			bodies, paths, headers := eng.seen()
@@ -245,7 +269,9 @@ func TestCancelEndsRunPromptly(t *testing.T) {
 	if took := time.Since(begin); took > time.Second {
 		t.Errorf("canceled run took %v", took)
 	}
-	if !s.Interrupted || s.Requests < 2 || s.Requests > 5 || s.Errors[ClassCanceled] != s.Requests {
+	// Arrivals every 50 ms until the context ends, which a busy machine may
+	// notice late: no more than the run's own duration allows.
+	if maxSent := int(s.DurationS*20) + 1; !s.Interrupted || s.Requests < 2 || s.Requests > maxSent || s.Errors[ClassCanceled] != s.Requests {
 		t.Errorf("summary %+v", s)
 	}
 	if _, err := r.Run(context.Background(), burst(1, 1)); err == nil {
@@ -273,9 +299,9 @@ func TestProgress(t *testing.T) {
 	if p.Sent != 3 || p.OK != 2 || p.Shed != 1 || p.InFlight != 0 || p.RecentTTFTSamples != 2 {
 		t.Fatalf("progress %+v", p)
 	}
-	within(t, "recent ttft", ms(p.RecentTTFTP50), 30, 60)
+	within(t, "recent ttft", ms(p.RecentTTFTP50), 30, 3000)
 	line := p.String()
-	for _, want := range []string{"sent 3", "ok 2", "shed(503) 1", "errors 0", "ttft p50 3"} {
+	for _, want := range []string{"sent 3", "ok 2", "shed(503) 1", "errors 0", "ttft p50 " + p.RecentTTFTP50.Round(100*time.Microsecond).String()} {
 		if !strings.Contains(line, want) {
 			t.Errorf("progress line %q lacks %q", line, want)
 		}
