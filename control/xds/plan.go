@@ -65,7 +65,7 @@ func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
 					continue
 				}
 				perModel[m] = append(perModel[m], resources.Endpoint{
-					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: w[e.Name], Draining: e.Draining,
+					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: w[e.Name], Draining: e.Draining, MaxInFlight: e.MaxInFlight,
 				})
 			}
 			for name := range w {

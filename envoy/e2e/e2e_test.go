@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,11 @@ const model = "meridian-demo"
 func startStack(t *testing.T, spec stack.Spec) *stack.Stack {
 	t.Helper()
 	stack.RequireEnvoy(t)
-	dir := t.TempDir()
+	// Not t.TempDir: the logs of a failed run must outlive the test.
+	dir, err := os.MkdirTemp("", "meridian-"+t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	bins, err := stack.Build(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +37,9 @@ func startStack(t *testing.T, spec stack.Spec) *stack.Stack {
 		s.Close()
 		if t.Failed() {
 			t.Logf("logs kept in %s", dir)
+			return
 		}
+		os.RemoveAll(dir)
 	})
 	return s
 }
@@ -41,9 +48,9 @@ func threeEngines() stack.Spec {
 	return stack.Spec{
 		Nodes: []stack.NodeSpec{{Name: "region-a", Region: "a"}},
 		Engines: []stack.EngineSpec{
-			{Name: "e0", Region: "a", Models: []string{model}, Args: []string{"--ttft", "5ms", "--itl", "1ms"}},
-			{Name: "e1", Region: "a", Models: []string{model}, Args: []string{"--ttft", "5ms", "--itl", "1ms"}},
-			{Name: "e2", Region: "a", Models: []string{model}, Args: []string{"--ttft", "5ms", "--itl", "1ms"}},
+			{Name: "e0", Region: "a", Models: []string{model}, Args: []string{"--ttft", "30ms", "--itl", "5ms"}},
+			{Name: "e1", Region: "a", Models: []string{model}, Args: []string{"--ttft", "30ms", "--itl", "5ms"}},
+			{Name: "e2", Region: "a", Models: []string{model}, Args: []string{"--ttft", "30ms", "--itl", "5ms"}},
 		},
 		Weights: map[string]map[string]uint32{"region-a": {"e0": 10, "e1": 20, "e2": 30}},
 	}

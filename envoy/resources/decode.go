@@ -36,11 +36,12 @@ func EndpointsOf(cla *endpointv3.ClusterLoadAssignment) ([]Endpoint, error) {
 				w = 1 // EDS's own default when the field is absent
 			}
 			out = append(out, Endpoint{
-				Engine:   md["engine"].GetStringValue(),
-				Region:   md["region"].GetStringValue(),
-				Address:  net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)),
-				Weight:   w,
-				Draining: lb.GetHealthStatus() == corev3.HealthStatus_DRAINING,
+				Engine:      md["engine"].GetStringValue(),
+				Region:      md["region"].GetStringValue(),
+				Address:     net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)),
+				Weight:      w,
+				Draining:    lb.GetHealthStatus() == corev3.HealthStatus_DRAINING,
+				MaxInFlight: int(md["max_in_flight"].GetNumberValue()),
 			})
 		}
 	}

@@ -53,6 +53,8 @@ type Endpoint struct {
 	// Weight is the EDS load_balancing_weight; it must be >= 1.
 	Weight   uint32
 	Draining bool
+	// MaxInFlight is the sidecar's hard cap on requests in flight to the engine (0: none).
+	MaxInFlight int
 }
 
 // ClusterOptions shape a model cluster.
@@ -132,7 +134,7 @@ func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoad
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: engine %s: address %q: %w", clusterName, ep.Engine, ep.Address, err)
 		}
-		md, err := structpb.NewStruct(map[string]any{"engine": ep.Engine, "region": ep.Region})
+		md, err := structpb.NewStruct(map[string]any{"engine": ep.Engine, "region": ep.Region, "max_in_flight": ep.MaxInFlight})
 		if err != nil {
 			return nil, fmt.Errorf("encode endpoint metadata: %w", err)
 		}

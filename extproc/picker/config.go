@@ -48,6 +48,11 @@ type Config struct {
 	// while its in-flight count is below (1+ε) × its weighted share of all in-flight
 	// requests (counting the new one).
 	Epsilon float64
+	// SpillFloor is the in-flight count below which an endpoint never spills for load:
+	// bounded loads compare against shares of the total in flight, and with only a few
+	// requests in flight those shares round to nothing, which would scatter a prefix's
+	// requests (and their KV-cache reuse) for no gain. 0 disables the floor.
+	SpillFloor int64
 	// MaxInFlight is the default hard per-endpoint cap; 0 means no cap. An endpoint at
 	// its cap is never returned, and when every examined endpoint is at its cap Pick
 	// reports AtLimit so the caller can shed.
@@ -64,6 +69,7 @@ func DefaultConfig() Config {
 		Candidates:  4,
 		Fallbacks:   2,
 		Epsilon:     0.25,
+		SpillFloor:  4,
 		MaxInFlight: 0,
 		MaxExamined: 16,
 	}
@@ -83,6 +89,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.Epsilon > 0) || math.IsInf(c.Epsilon, 0) {
 		errs = append(errs, fmt.Errorf("picker: epsilon is %v: want a finite value > 0", c.Epsilon))
+	}
+	if c.SpillFloor < 0 {
+		errs = append(errs, fmt.Errorf("picker: spillFloor is %d: want >= 0 (0 disables it)", c.SpillFloor))
 	}
 	if c.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("picker: maxInFlight is %d: want >= 0 (0 means no cap)", c.MaxInFlight))

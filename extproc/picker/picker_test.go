@@ -154,6 +154,7 @@ func TestHotKeySpillsAtBound(t *testing.T) {
 	for _, eps := range []float64{0.1, 0.25, 1} {
 		cfg := testConfig()
 		cfg.Epsilon = eps
+		cfg.SpillFloor = 0 // the pure Mirrokni bound; TestSpillFloorKeepsAffinity covers the floor
 		tb := mustTable(t, cfg, fleet(8, skewed), NewLoads())
 		const key = 0xfeedface
 		unloaded := tb.Pick(key, nil).Order
@@ -191,6 +192,26 @@ func TestHotKeySpillsAtBound(t *testing.T) {
 }
 
 func (t *Table) loadsTotal() int64 { return t.total.n.Load() }
+
+// With few requests in flight, a key keeps its primary up to SpillFloor in flight, then
+// bounded loads apply as usual.
+func TestSpillFloorKeepsAffinity(t *testing.T) {
+	cfg := testConfig()
+	cfg.SpillFloor = 4
+	tb := mustTable(t, cfg, fleet(8, equal), NewLoads())
+	const key = 0xabcdef
+	primary := tb.Pick(key, nil).Order[0]
+	for i := 0; i < 4; i++ {
+		r := tb.Pick(key, nil)
+		if r.Spilled || r.Order[0] != primary {
+			t.Fatalf("request %d with %d in flight spilled to %d: the floor is 4", i, i, r.Order[0])
+		}
+		tb.Start(r.Order[0])
+	}
+	if r := tb.Pick(key, nil); !r.Spilled {
+		t.Fatalf("5th concurrent request for one key stayed on its primary: the share bound (1.25/8 of 5) must apply past the floor")
+	}
+}
 
 func TestHardCapReportsAtLimit(t *testing.T) {
 	cfg := testConfig()

@@ -138,7 +138,7 @@ func (t *Table) Pick(key uint64, dst []int) Result {
 			switch {
 			case in >= t.limit[c]:
 				// At the hard cap: never returned.
-			case float64(in) < t.bound[c]*total:
+			case in < t.cfg.SpillFloor || float64(in) < t.bound[c]*total:
 				// in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total for integer in.
 				dst = append(dst, int(c))
 			default:

@@ -1,76 +1,54 @@
 package server
 
 import (
-	"math"
-	"sort"
+	"fmt"
 
-	"github.com/cespare/xxhash/v2"
-
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
 
-// routing is one immutable snapshot of what the sidecar routes on.
+// routing is one immutable snapshot of what the sidecar routes on: the node's xDS view
+// with every EDS weight multiplied by the local outlier penalty.
 type routing struct {
-	version string
-	models  map[string]*modelRoute
+	view      *xdsclient.View
+	penalties uint64 // guard.Penalties.Version the weights include
+	models    map[string]*modelRoute
+	engines   map[string]string // address -> engine name
 }
 
 type modelRoute struct {
-	name      string
-	cluster   string
-	endpoints []resources.Endpoint // routable (not draining), weight >= 1
-	chooser   chooser
+	name    string
+	cluster string
+	table   *picker.Table
 }
 
-// chooser orders a model's endpoints (indices into modelRoute.endpoints) for one prefix key,
-// most preferred first. Implementations are immutable and safe for concurrent use.
-type chooser interface {
-	Order(key uint64, dst []int) []int
-}
-
-func newRouting(v *xdsclient.View) *routing {
-	r := &routing{version: v.Version, models: make(map[string]*modelRoute, len(v.Models))}
+// newRouting builds the picker tables. Draining endpoints are left out: override_host
+// would send to them, since it does not check health.
+func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads) (*routing, error) {
+	r := &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}}
+	if pen != nil {
+		r.penalties = pen.Version
+	}
 	for name, m := range v.Models {
-		var eps []resources.Endpoint
+		eps := make([]picker.Endpoint, 0, len(m.Endpoints))
 		for _, e := range m.Endpoints {
-			if !e.Draining && e.Weight > 0 {
-				eps = append(eps, e)
+			r.engines[e.Address] = e.Engine
+			if e.Draining || e.Weight == 0 {
+				continue
 			}
+			eps = append(eps, picker.Endpoint{
+				Address:     e.Address,
+				Engine:      e.Engine,
+				Weight:      float64(e.Weight) * pen.Factor(e.Engine),
+				MaxInFlight: int64(e.MaxInFlight),
+			})
 		}
-		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, endpoints: eps, chooser: newRendezvous(eps)}
+		t, err := picker.NewTable(cfg, eps, loads)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: %w", name, err)
+		}
+		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t}
 	}
-	return r
-}
-
-// rendezvous is weighted rendezvous hashing over all endpoints: O(n log n) per pick.
-type rendezvous struct {
-	seeds   []uint64
-	weights []float64
-}
-
-func newRendezvous(eps []resources.Endpoint) *rendezvous {
-	r := &rendezvous{seeds: make([]uint64, len(eps)), weights: make([]float64, len(eps))}
-	for i, e := range eps {
-		r.seeds[i] = xxhash.Sum64String(e.Address)
-		r.weights[i] = float64(e.Weight)
-	}
-	return r
-}
-
-func (r *rendezvous) Order(key uint64, dst []int) []int {
-	scores := make([]float64, len(r.seeds))
-	for i, s := range r.seeds {
-		u := (float64(mix(key^s)>>11) + 0.5) / (1 << 53)
-		scores[i] = -math.Log(u) / r.weights[i]
-		dst = append(dst, i)
-	}
-	sort.SliceStable(dst, func(a, b int) bool { return scores[dst[a]] < scores[dst[b]] })
-	return dst
-}
-
-func mix(z uint64) uint64 {
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
+	return r, nil
 }

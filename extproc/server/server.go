@@ -1,82 +1,146 @@
 package server
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/outcome"
+	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/extproc/request"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
 
-// Config configures the ext_proc service.
-type Config struct {
-	Request request.Options
-	// AffinityBlocks picks the routing key: the chained hash after this many prefix blocks
-	// (or after the last block of a shorter prompt).
-	AffinityBlocks int
-	// Fallbacks is how many engines follow the primary in the endpoint list, for retries.
-	Fallbacks int
-	Log       *slog.Logger
-}
-
-// DefaultConfig is what the sidecar runs with unless configured.
-func DefaultConfig(log *slog.Logger) Config {
-	return Config{Request: request.DefaultOptions(), AffinityBlocks: 16, Fallbacks: 2, Log: log}
-}
-
-// Validate reports the first unusable field.
-func (c Config) Validate() error {
-	if err := c.Request.Validate(); err != nil {
-		return err
-	}
-	switch {
-	case c.AffinityBlocks < 1 || c.AffinityBlocks > c.Request.MaxBlocks:
-		return fmt.Errorf("affinity_blocks must be in [1, max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks)
-	case c.Fallbacks < 0:
-		return fmt.Errorf("fallbacks must be >= 0 (got %d)", c.Fallbacks)
-	case c.Log == nil:
-		return errors.New("a logger is required")
-	}
-	return nil
-}
-
-// Server implements envoy.service.ext_proc.v3.ExternalProcessor.
+// Server implements envoy.service.ext_proc.v3.ExternalProcessor, and owns the sidecar's
+// routing snapshot, in-flight tickets and local guards.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	cfg     Config
+	cfg      Config
+	clock    guard.Clock
+	loads    *picker.Loads
+	outliers *guard.Outliers
+	retries  *guard.Retries
+	shedder  *guard.Shedder
+	tickets  *tickets
+	metrics  *metrics
+	stats    *windowStats
+
 	routing atomic.Pointer[routing]
+	// plannedUtil is the control server's utilization estimate for this node (float64 bits).
+	plannedUtil atomic.Uint64
+
+	rebuildMu sync.Mutex // serializes routing rebuilds (off the hot path)
 }
 
 // New returns a server that routes nothing until the first Update.
 func New(cfg Config) (*Server, error) {
+	return NewWithClock(cfg, guard.SystemClock{})
+}
+
+// NewWithClock is New with an injected clock, for tests.
+func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg}, nil
+	s := &Server{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), stats: newWindowStats()}
+	var err error
+	if s.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
+		return nil, err
+	}
+	if s.retries, err = guard.NewRetries(cfg.Retry); err != nil {
+		return nil, err
+	}
+	if s.shedder, err = guard.NewShedder(cfg.Shed, clock); err != nil {
+		return nil, err
+	}
+	if s.metrics, err = newMetrics(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
+
+// Metrics is the registry to serve on /metrics.
+func (s *Server) Metrics() *prometheus.Registry { return s.metrics.Registry }
 
 // Update swaps in a new routing snapshot built from an xDS view.
 func (s *Server) Update(v *xdsclient.View) {
-	s.routing.Store(newRouting(v))
+	if err := s.rebuild(v, s.outliers.Penalties()); err != nil {
+		s.cfg.Log.Error("xDS view refused; keeping the current routing", "version", v.Version, "err", err)
+		return
+	}
 	s.cfg.Log.Info("routing updated", "version", v.Version, "models", len(v.Models))
+}
+
+func (s *Server) rebuild(v *xdsclient.View, pen *guard.Penalties) error {
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	r, err := newRouting(v, pen, s.cfg.Picker, s.loads)
+	if err != nil {
+		return err
+	}
+	s.routing.Store(r)
+	return nil
 }
 
 // Ready reports whether the server has a routing snapshot.
 func (s *Server) Ready() bool { return s.routing.Load() != nil }
+
+// Run re-evaluates penalties and releases lost tickets until ctx is done.
+func (s *Server) Run(ctx context.Context) {
+	pen := time.NewTicker(s.cfg.PenaltyInterval)
+	defer pen.Stop()
+	sweep := time.NewTicker(min(s.cfg.MaxRequestAge/4, time.Minute))
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pen.C:
+			s.refreshPenalties()
+		case <-sweep.C:
+			if n := s.tickets.expire(s.clock.Now().Add(-s.cfg.MaxRequestAge)); n > 0 {
+				s.cfg.Log.Warn("released in-flight tickets whose outcome never arrived", "count", n)
+			}
+		}
+	}
+}
+
+// refreshPenalties re-evaluates outliers and rebuilds routing when a factor changed.
+func (s *Server) refreshPenalties() {
+	p := s.outliers.Evaluate()
+	r := s.routing.Load()
+	if r == nil || p.Version == r.penalties {
+		return
+	}
+	if err := s.rebuild(r.view, p); err != nil {
+		s.cfg.Log.Error("rebuild with new penalties", "err", err)
+		return
+	}
+	for _, e := range p.Engines() {
+		if e.Factor < 1 {
+			s.cfg.Log.Info("engine penalized", "engine", e.Engine, "factor", e.Factor, "reason", e.Reason.String())
+		}
+	}
+}
 
 // Process handles one HTTP request's ext_proc stream.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
@@ -92,7 +156,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return err
 		}
-		resp := s.handle(&st, req)
+		resp := s.handle(stream.Context(), &st, req)
 		if resp == nil {
 			continue
 		}
@@ -104,14 +168,16 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 // streamState is what one request's stream remembers between messages.
 type streamState struct {
-	kind request.Kind
-	req  request.Request
+	kind        request.Kind
+	priority    int
+	traceparent string
+	req         request.Request
 }
 
-func (s *Server) handle(st *streamState, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		st.kind = request.KindOf(headerValue(r.RequestHeaders.GetHeaders(), ":path"))
+		s.readHeaders(st, r.RequestHeaders.GetHeaders())
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{},
 		}}
@@ -119,7 +185,10 @@ func (s *Server) handle(st *streamState, req *extprocv3.ProcessingRequest) *extp
 		if st.kind == 0 {
 			return continueBody()
 		}
-		return s.route(st, r.RequestBody)
+		start := time.Now()
+		resp := s.route(ctx, st, r.RequestBody)
+		s.metrics.latency.Record(ctx, time.Since(start).Seconds())
+		return resp
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
@@ -132,57 +201,128 @@ func (s *Server) handle(st *streamState, req *extprocv3.ProcessingRequest) *extp
 	return nil
 }
 
-func (s *Server) route(st *streamState, body *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+// readHeaders takes the path, the priority and the trace context from the request headers.
+func (s *Server) readHeaders(st *streamState, h *corev3.HeaderMap) {
+	st.priority = s.cfg.Priority.Default
+	for _, hv := range h.GetHeaders() {
+		k := hv.GetKey()
+		switch {
+		case k == ":path":
+			st.kind = request.KindOf(value(hv))
+		case k == "traceparent":
+			st.traceparent = value(hv)
+		case k == "authorization" && len(s.cfg.Priority.APIKeys) > 0:
+			if tok, ok := strings.CutPrefix(value(hv), "Bearer "); ok {
+				sum := sha256.Sum256([]byte(tok))
+				if p, ok := s.cfg.Priority.APIKeys[hex.EncodeToString(sum[:])]; ok {
+					st.priority = p
+				}
+			}
+		case k == s.cfg.Priority.Header && s.cfg.Priority.Header != "":
+			if p, err := strconv.Atoi(value(hv)); err == nil && p >= 0 && p < s.cfg.Shed.Priorities {
+				st.priority = p
+			}
+		}
+	}
+}
+
+func value(hv *corev3.HeaderValue) string {
+	if len(hv.GetRawValue()) > 0 {
+		return string(hv.GetRawValue())
+	}
+	return hv.GetValue()
+}
+
+func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	err := request.Parse(st.kind, body.GetBody(), body.GetEndOfStream(), s.cfg.Request, &st.req)
 	if request.IsTruncatedBeforeModel(err) {
 		// The request may be fine; it is just not steerable. Envoy's default route and its
 		// weighted fallback take it.
+		s.metrics.decision(ctx, "", resultPassThrough)
 		return continueBody()
 	}
 	var ce *request.Error
 	if errors.As(err, &ce) {
-		return errorResponse(400, "invalid_request_error", ce.Reason)
+		s.metrics.decision(ctx, "", resultBadRequest)
+		return errorResponse(400, "invalid_request_error", ce.Reason, 0)
 	}
 	rt := s.routing.Load()
 	if rt == nil {
+		s.metrics.decision(ctx, "", resultPassThrough)
 		return continueBody() // no snapshot yet: fail open to Envoy's own balancing
 	}
 	m, ok := rt.models[st.req.Model]
 	if !ok {
-		return errorResponse(404, "not_found_error", fmt.Sprintf("The model `%s` does not exist.", st.req.Model))
+		s.metrics.decision(ctx, "", resultUnknownModel)
+		return errorResponse(404, "not_found_error", fmt.Sprintf("The model `%s` does not exist.", st.req.Model), 0)
 	}
-	if len(m.endpoints) == 0 {
-		return errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", st.req.Model))
+	s.stats.arrival(m.name, st.req.PromptBytes)
+	if m.table.Len() == 0 {
+		s.metrics.decision(ctx, m.name, resultNoEngine)
+		return errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", m.name), s.cfg.Shed.RetryAfter)
 	}
 	key := s.key(&st.req)
-	var buf [16]int
-	order := m.chooser.Order(key, buf[:0])
-	n := min(len(order), 1+s.cfg.Fallbacks)
-	var dest strings.Builder
-	for i, idx := range order[:n] {
-		if i > 0 {
-			dest.WriteByte(',')
+	var buf [picker.MaxExamined]int
+	res := m.table.Pick(key, buf[:0])
+	if d := s.shedder.Decide(m.name, st.priority, res.AtLimit); d.Shed() {
+		result := resultShedQuota
+		if d.Reason == guard.ShedLimit {
+			result = resultShedLimit
 		}
-		dest.WriteString(m.endpoints[idx].Address)
+		s.metrics.decision(ctx, m.name, result)
+		s.metrics.shed(ctx, m.name, d.Reason.String(), st.priority)
+		return errorResponse(503, "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
 	}
-	d := dest.String()
+	primary := res.Order[0]
+	ep := m.table.Endpoint(primary)
+	grant := s.retries.Allow(s.utilization(m.table))
+	id := s.tickets.next()
+	s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now()})
+
+	var destBuf [256]byte
+	dest := string(m.table.AppendAddrs(destBuf[:0], res.Order))
+	set := []*corev3.HeaderValueOption{
+		setHeader(resources.HeaderDestination, dest),
+		setHeader(resources.HeaderCluster, m.cluster),
+		setHeader(resources.HeaderPrefixHash, strconv.FormatUint(key, 16)),
+		setHeader(outcome.HeaderTicket, id),
+		setHeader("x-envoy-max-retries", strconv.FormatUint(uint64(grant.Max), 10)),
+	}
+	if grant.Max > 0 {
+		set = append(set, setHeader("x-envoy-retry-on", grant.RetryOn))
+	}
+	if tp, ok := childTraceparent(st.traceparent); ok {
+		set = append(set, setHeader("traceparent", tp))
+	}
+	s.metrics.decision(ctx, m.name, resultSteered)
+	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", ep.Engine))
+	s.metrics.retries.Record(ctx, int64(grant.Max))
+	if res.Spilled {
+		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", m.name))
+	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 			Response: &extprocv3.CommonResponse{
-				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-					setHeader(resources.HeaderDestination, d),
-					setHeader(resources.HeaderCluster, m.cluster),
-					setHeader(resources.HeaderPrefixHash, strconv.FormatUint(key, 16)),
-				}},
+				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
 				ClearRouteCache: true,
 			},
 		}},
 		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			resources.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				resources.HeaderDestination: structpb.NewStringValue(d),
+				resources.HeaderDestination: structpb.NewStringValue(dest),
 			}}),
 		}},
 	}
+}
+
+// utilization is the larger of what the control server planned for this node and what the
+// sidecar measures locally against hard in-flight caps (when every engine has one).
+func (s *Server) utilization(t *picker.Table) float64 {
+	u := float64frombits(s.plannedUtil.Load())
+	if local, ok := t.Utilization(); ok && local > u {
+		u = local
+	}
+	return u
 }
 
 // key is the routing key: the chained hash at the affinity depth.
@@ -191,6 +331,65 @@ func (s *Server) key(r *request.Request) uint64 {
 		return 0
 	}
 	return r.Blocks[min(len(r.Blocks), s.cfg.AffinityBlocks)-1]
+}
+
+// OnOutcome ends the request's ticket and feeds the guards. It is called for every entry
+// of Envoy's access log stream.
+func (s *Server) OnOutcome(rec outcome.Record) {
+	in, tracked := s.tickets.take(rec.Ticket)
+	if tracked {
+		in.ticket.Done()
+	}
+	if rec.Upstream == "" && !tracked {
+		return // answered by the sidecar itself (shed, bad request) or never routed
+	}
+	rt := s.routing.Load()
+	engine := ""
+	if rt != nil {
+		engine = rt.engines[rec.Upstream]
+	}
+	ok := rec.Status > 0 && rec.Status < 500 && !rec.UpstreamFailure
+	if tracked && rec.Attempts > 1 && rec.Upstream != in.address {
+		// The primary failed and Envoy went down the list: that is the primary's error.
+		s.observe(in.engine, false, 0)
+	}
+	if engine != "" {
+		ttft := time.Duration(0)
+		if ok {
+			ttft = rec.TTFB
+		}
+		s.observe(engine, ok, ttft)
+	}
+	if rec.Attempts > 1 {
+		s.retries.Spent(rec.Attempts - 1)
+	}
+}
+
+func (s *Server) observe(engine string, ok bool, ttft time.Duration) {
+	s.outliers.Observe(guard.Outcome{Engine: engine, OK: ok, TTFT: ttft})
+	class := "ok"
+	if !ok {
+		class = "error"
+	}
+	s.metrics.outcomes.Add(context.Background(), 1, s.metrics.opt("engine", engine, "class", class))
+}
+
+func (s *Server) penaltyFactors() map[string]float64 {
+	out := map[string]float64{}
+	for _, e := range s.outliers.Penalties().Engines() {
+		out[e.Engine] = e.Factor
+	}
+	return out
+}
+
+func (s *Server) inFlight() map[string]int64 {
+	out := map[string]int64{}
+	if r := s.routing.Load(); r != nil {
+		for addr, engine := range r.engines {
+			out[engine] = s.loads.InFlight(addr)
+		}
+	}
+	return out
 }
 
 func continueBody() *extprocv3.ProcessingResponse {
@@ -204,27 +403,17 @@ func setHeader(k, v string) *corev3.HeaderValueOption {
 	}
 }
 
-func headerValue(h *corev3.HeaderMap, name string) string {
-	for _, hv := range h.GetHeaders() {
-		if hv.GetKey() == name {
-			if len(hv.GetRawValue()) > 0 {
-				return string(hv.GetRawValue())
-			}
-			return hv.GetValue()
-		}
-	}
-	return ""
-}
-
 // errorResponse answers the client at once, in OpenAI's error shape.
-func errorResponse(code int, typ, msg string) *extprocv3.ProcessingResponse {
+func errorResponse(code int, typ, msg string, retryAfter time.Duration) *extprocv3.ProcessingResponse {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	hdrs := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
+	if retryAfter > 0 {
+		hdrs = append(hdrs, setHeader("retry-after", strconv.Itoa(int(retryAfter/time.Second))))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				setHeader("content-type", "application/json"),
-			}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
 			Body:    body,
 			Details: "meridian_" + typ,
 		},

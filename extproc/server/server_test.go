@@ -46,10 +46,17 @@ func (w logWriter) Write(p []byte) (int, error) {
 type harness struct {
 	pub   *xds.Publisher
 	fleet *fleet.Fleet
+	srv   *server.Server
 	proc  extprocv3.ExternalProcessorClient
 }
 
 func newHarness(t *testing.T) *harness {
+	t.Helper()
+	return newHarnessWith(t, nil)
+}
+
+// newHarnessWith lets a test edit the sidecar's config before it starts.
+func newHarnessWith(t *testing.T, edit func(*server.Config)) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -69,10 +76,15 @@ func newHarness(t *testing.T) *harness {
 	xdsAddr := serve(t, func(g *grpc.Server) {
 		discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, pub.Cache(), nil))
 	})
-	srv, err := server.New(server.DefaultConfig(log))
+	cfg := server.DefaultConfig(log)
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	go srv.Run(ctx)
 	conn := dial(t, xdsAddr)
 	updated := make(chan struct{}, 16)
 	go func() {
@@ -87,7 +99,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal("the sidecar got no xDS view within 5s")
 	}
 	procAddr := serve(t, func(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, srv) })
-	return &harness{pub: pub, fleet: f, proc: extprocv3.NewExternalProcessorClient(dial(t, procAddr))}
+	return &harness{pub: pub, fleet: f, srv: srv, proc: extprocv3.NewExternalProcessorClient(dial(t, procAddr))}
 }
 
 func serve(t *testing.T, register func(*grpc.Server)) string {
@@ -116,6 +128,11 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 // exchange plays Envoy for one request: headers, then the body; returns the body response.
 func (h *harness) exchange(t *testing.T, path, body string) *extprocv3.ProcessingResponse {
 	t.Helper()
+	return h.exchangeWith(t, path, body, nil)
+}
+
+func (h *harness) exchangeWith(t *testing.T, path, body string, extra map[string]string) *extprocv3.ProcessingResponse {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := h.proc.Process(ctx)
@@ -125,6 +142,9 @@ func (h *harness) exchange(t *testing.T, path, body string) *extprocv3.Processin
 	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 		{Key: ":path", RawValue: []byte(path)}, {Key: ":method", RawValue: []byte("POST")},
 	}}
+	for k, v := range extra {
+		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
 	if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}}); err != nil {
 		t.Fatal(err)

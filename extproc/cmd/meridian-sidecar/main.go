@@ -16,16 +16,21 @@ import (
 	"syscall"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
 
 type flags struct {
+	config     string
+	sidecarID  string
 	nodeID     string
 	listen     string
 	httpListen string
@@ -44,14 +49,17 @@ func main() {
 	var f flags
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg := server.DefaultConfig(log)
+	fs.StringVar(&f.config, "config", "", "optional YAML config file (docs/configuration.md); flags given explicitly override it")
 	fs.StringVar(&f.nodeID, "node-id", "", "the Envoy node id (data-plane cluster name) this sidecar serves")
+	host, _ := os.Hostname()
+	fs.StringVar(&f.sidecarID, "sidecar-id", fmt.Sprintf("%s-%d", host, os.Getpid()), "this sidecar's name in load reports")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:19001", "gRPC address for Envoy's ext_proc filter")
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:19081", "HTTP address for /healthz and /metrics")
 	fs.StringVar(&f.control, "control", "127.0.0.1:18000", "control server xDS address")
 	fs.IntVar(&cfg.Request.BlockBytes, "block-bytes", cfg.Request.BlockBytes, "bytes of canonical prompt per prefix block")
 	fs.IntVar(&cfg.Request.MaxBlocks, "max-blocks", cfg.Request.MaxBlocks, "prefix blocks hashed at most")
 	fs.IntVar(&cfg.AffinityBlocks, "affinity-blocks", cfg.AffinityBlocks, "prefix blocks that form the routing key")
-	fs.IntVar(&cfg.Fallbacks, "fallbacks", cfg.Fallbacks, "engines after the primary in the endpoint list")
+	fs.IntVar(&cfg.Picker.Fallbacks, "fallbacks", cfg.Picker.Fallbacks, "engines after the primary in the endpoint list")
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,6 +69,27 @@ func main() {
 	}
 	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level})).With("node", f.nodeID)
 	cfg.Log = log
+	if f.config != "" {
+		// The file applies over the defaults, then explicitly given flags win.
+		fileCfg, err := server.LoadConfig(f.config, server.DefaultConfig(log))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meridian-sidecar:", err)
+			os.Exit(2)
+		}
+		explicit := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { explicit[fl.Name] = true })
+		for name, apply := range map[string]func(){
+			"block-bytes":     func() { fileCfg.Request.BlockBytes = cfg.Request.BlockBytes },
+			"max-blocks":      func() { fileCfg.Request.MaxBlocks = cfg.Request.MaxBlocks },
+			"affinity-blocks": func() { fileCfg.AffinityBlocks = cfg.AffinityBlocks },
+			"fallbacks":       func() { fileCfg.Picker.Fallbacks = cfg.Picker.Fallbacks },
+		} {
+			if explicit[name] {
+				apply()
+			}
+		}
+		cfg = fileCfg
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, f, cfg); err != nil {
@@ -95,7 +124,9 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	}
 	gs := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
+	accesslogv3.RegisterAccessLogServiceServer(gs, outcome.NewReceiver(srv.OnOutcome, cfg.Log))
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.Metrics(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !srv.Ready() {
 			http.Error(w, "no routing snapshot yet", http.StatusServiceUnavailable)
@@ -106,6 +137,8 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	cfg.Log.Info("sidecar listening", "ext_proc", ln.Addr().String(), "http", httpLn.Addr().String(), "control", f.control)
 
+	go srv.Run(ctx)
+	go srv.Report(ctx, conn, f.nodeID, f.sidecarID)
 	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(ln) }()
 	go func() { errc <- hs.Serve(httpLn) }()
@@ -117,7 +150,13 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 		err = nil
 	case err = <-errc:
 	}
-	gs.GracefulStop()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		gs.Stop() // streams Envoy keeps open must not hold the exit
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)

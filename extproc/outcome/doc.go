@@ -1,0 +1,13 @@
+// Package outcome learns how each request ended, without putting the sidecar on the
+// response path: Envoy sends its access log entries over gRPC (the Access Log Service) to
+// the sidecar when each request completes, and Receiver turns every entry into a Record.
+//
+// The sidecar tags each request it steers with a ticket header (HeaderTicket); Envoy logs
+// it with the entry, which links the outcome back to the in-flight ticket and the engine the
+// sidecar chose. Entries without a ticket (requests the sidecar did not steer) are still
+// reported, with an empty Ticket.
+//
+// Time to first byte is the time to the first upstream response byte. For an engine that
+// sends response headers before its first token (vLLM does), it understates TTFT; the
+// control server's scrape of the engines' own TTFT histograms is the precise figure.
+package outcome

@@ -1,0 +1,153 @@
+package server_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/extproc/outcome"
+	"github.com/meridian-router/meridian/extproc/server"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+func TestRetryBudgetShrinksWithUtilization(t *testing.T) {
+	h := newHarness(t)
+	budget := &meridianv1.RetryBudget{MaxRetriesIdle: 3, GenerousBelow: 0.5, ZeroAt: 0.9, RetryOn: "5xx,reset"}
+	for _, tc := range []struct {
+		util    float64
+		retries string
+	}{{0.1, "3"}, {0.7, "1"}, {0.95, "0"}} {
+		h.srv.ApplyPolicy(&meridianv1.Policy{Version: "v", RetryBudget: budget, Utilization: tc.util})
+		r := h.exchange(t, "/v1/chat/completions", chatBody("llama", "retry me"))
+		if got := header(r, "x-envoy-max-retries"); got != tc.retries {
+			t.Errorf("utilization %.2f: x-envoy-max-retries %q, want %q", tc.util, got, tc.retries)
+		}
+		on := header(r, "x-envoy-retry-on")
+		if (tc.retries == "0") != (on == "") {
+			t.Errorf("utilization %.2f: x-envoy-retry-on %q with %s retries", tc.util, on, tc.retries)
+		}
+	}
+}
+
+func TestShedsLowestPriorityFirst(t *testing.T) {
+	h := newHarness(t)
+	h.srv.ApplyPolicy(&meridianv1.Policy{Version: "v", Shed: []*meridianv1.ModelShed{{Model: "llama", Fraction: 0.25}}})
+	shed := map[int]int{}
+	sent := map[int]int{}
+	for i := 0; i < 400; i++ {
+		p := i % 4
+		r := h.exchangeWith(t, "/v1/chat/completions", chatBody("llama", fmt.Sprintf("p%d", i)),
+			map[string]string{"x-meridian-priority": strconv.Itoa(p)})
+		sent[p]++
+		if ir := r.GetImmediateResponse(); ir != nil {
+			if ir.GetStatus().GetCode() != 503 {
+				t.Fatalf("shed with status %d", ir.GetStatus().GetCode())
+			}
+			retryAfter := ""
+			for _, hv := range ir.GetHeaders().GetSetHeaders() {
+				if hv.GetHeader().GetKey() == "retry-after" {
+					retryAfter = string(hv.GetHeader().GetRawValue())
+				}
+			}
+			if retryAfter == "" {
+				t.Fatal("503 without Retry-After")
+			}
+			shed[p]++
+		}
+	}
+	total := shed[0] + shed[1] + shed[2] + shed[3]
+	frac := float64(total) / 400
+	if frac < 0.18 || frac > 0.30 {
+		t.Fatalf("shed %.2f of requests, policy asked 0.25: %v", frac, shed)
+	}
+	if shed[3] != 0 || shed[2] != 0 || shed[0] < shed[1] {
+		t.Fatalf("shed by priority %v: the lowest class must go first and the top classes not at all", shed)
+	}
+}
+
+// TestFailingEnginePenalizedThenRecovers feeds Envoy-style outcomes: one engine answers
+// 503, the others 200. Its share of picks must fall within seconds, then come back after it
+// heals.
+func TestFailingEnginePenalizedThenRecovers(t *testing.T) {
+	h := newHarnessWith(t, func(c *server.Config) {
+		c.PenaltyInterval = 20 * time.Millisecond
+		c.Outliers.RecoverHalfLife = 300 * time.Millisecond
+		c.Outliers.StatsHalfLife = 500 * time.Millisecond
+	})
+	const bad = "127.0.0.1:8001"
+	share := func(serve func(addr string) int, n int) float64 {
+		hits := 0
+		for i := 0; i < n; i++ {
+			r := h.exchange(t, "/v1/chat/completions", chatBody("llama", fmt.Sprintf("req %d %d", i, time.Now().UnixNano())))
+			first, _, _ := strings.Cut(header(r, resources.HeaderDestination), ",")
+			if first == bad {
+				hits++
+			}
+			h.srv.OnOutcome(outcome.Record{Ticket: header(r, outcome.HeaderTicket), Upstream: first, Status: serve(first),
+				TTFB: 20 * time.Millisecond, Attempts: 1})
+		}
+		return float64(hits) / float64(n)
+	}
+	failing := func(addr string) int {
+		if addr == bad {
+			return 503
+		}
+		return 200
+	}
+	healthy := func(string) int { return 200 }
+	before := share(healthy, 150)
+	if before < 0.15 {
+		t.Fatalf("healthy share of %s is %.2f, want about 1/3", bad, before)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	during := 1.0
+	for time.Now().Before(deadline) && during > before/2 {
+		during = share(failing, 100)
+	}
+	if during > before/2 {
+		t.Fatalf("failing engine still gets %.2f of picks after 10s (healthy %.2f)", during, before)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	after := 0.0
+	for time.Now().Before(deadline) && after < before*0.7 {
+		time.Sleep(100 * time.Millisecond)
+		after = share(healthy, 100)
+	}
+	if after < before*0.7 {
+		t.Fatalf("healed engine's share %.2f did not recover toward %.2f within 10s", after, before)
+	}
+	if v := gauge(t, h.srv, "meridian_sidecar_engine_in_flight"); v != 0 {
+		t.Fatalf("in-flight after every outcome arrived = %v, want 0", v)
+	}
+}
+
+// gauge sums a gauge's series in the sidecar's registry.
+func gauge(t *testing.T, srv *server.Server, name string) float64 {
+	t.Helper()
+	mfs, err := srv.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += value(m)
+		}
+	}
+	return sum
+}
+
+func value(m *dto.Metric) float64 {
+	if g := m.GetGauge(); g != nil {
+		return g.GetValue()
+	}
+	return m.GetCounter().GetValue()
+}

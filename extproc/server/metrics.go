@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// Decision results, the "result" label of meridian_sidecar_decisions_total.
+const (
+	resultSteered      = "steered"
+	resultShedQuota    = "shed_quota"
+	resultShedLimit    = "shed_limit"
+	resultBadRequest   = "bad_request"
+	resultUnknownModel = "unknown_model"
+	resultNoEngine     = "no_engine"
+	resultPassThrough  = "pass_through" // not steerable; Envoy's own balancing takes it
+)
+
+// metrics are the sidecar's OpenTelemetry instruments, exported for Prometheus scraping.
+// Attribute sets are cached per label value so that recording allocates nothing after
+// the first request with that value.
+type metrics struct {
+	Registry *prometheus.Registry
+
+	decisions metric.Int64Counter
+	picks     metric.Int64Counter
+	spills    metric.Int64Counter
+	retries   metric.Int64Histogram
+	sheds     metric.Int64Counter
+	latency   metric.Float64Histogram
+	outcomes  metric.Int64Counter
+
+	mu   sync.RWMutex
+	opts map[[6]string]metric.MeasurementOption
+}
+
+// gauges are read at scrape time.
+type gauges interface {
+	penaltyFactors() map[string]float64
+	inFlight() map[string]int64
+}
+
+func newMetrics(g gauges) (*metrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
+	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
+	var errs [10]error
+	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
+	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
+	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
+	m.retries, errs[3] = meter.Int64Histogram("meridian_sidecar_retries_allowed", metric.WithDescription("x-envoy-max-retries granted per request."),
+		metric.WithExplicitBucketBoundaries(0, 1, 2, 3, 5))
+	m.sheds, errs[4] = meter.Int64Counter("meridian_sidecar_sheds", metric.WithDescription("Requests answered 503 by the sidecar, by model, reason and priority."))
+	m.latency, errs[5] = meter.Float64Histogram("meridian_sidecar_decision_duration_seconds", metric.WithUnit("s"),
+		metric.WithDescription("Time from receiving the body to answering Envoy."),
+		metric.WithExplicitBucketBoundaries(5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2))
+	m.outcomes, errs[6] = meter.Int64Counter("meridian_sidecar_outcomes", metric.WithDescription("Completed requests reported by Envoy's access log, by engine and class."))
+	var penalty, inflightGauge metric.Float64ObservableGauge
+	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
+	inflightGauge, errs[8] = meter.Float64ObservableGauge("meridian_sidecar_engine_in_flight", metric.WithDescription("Requests in flight from this sidecar per engine."))
+	_, errs[9] = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for e, f := range g.penaltyFactors() {
+			o.ObserveFloat64(penalty, f, metric.WithAttributes(attribute.String("engine", e)))
+		}
+		for e, n := range g.inFlight() {
+			o.ObserveFloat64(inflightGauge, float64(n), metric.WithAttributes(attribute.String("engine", e)))
+		}
+		return nil
+	}, penalty, inflightGauge)
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("sidecar metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// opt returns the cached measurement option for up to three label pairs kv (name,
+// value, ...). The array key keeps the lookup free of allocations.
+func (m *metrics) opt(kv ...string) metric.MeasurementOption {
+	var key [6]string
+	copy(key[:], kv)
+	m.mu.RLock()
+	o, ok := m.opts[key]
+	m.mu.RUnlock()
+	if ok {
+		return o
+	}
+	attrs := make([]attribute.KeyValue, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		attrs = append(attrs, attribute.String(kv[i], kv[i+1]))
+	}
+	o = metric.WithAttributeSet(attribute.NewSet(attrs...))
+	m.mu.Lock()
+	m.opts[key] = o
+	m.mu.Unlock()
+	return o
+}
+
+func (m *metrics) decision(ctx context.Context, model, result string) {
+	m.decisions.Add(ctx, 1, m.opt("model", model, "result", result))
+}
+
+func (m *metrics) shed(ctx context.Context, model, reason string, priority int) {
+	m.sheds.Add(ctx, 1, m.opt("model", model, "reason", reason, "priority", strconv.Itoa(priority)))
+}
