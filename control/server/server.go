@@ -20,8 +20,10 @@ import (
 
 	"github.com/meridian-router/meridian/control/dashboard"
 	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/xds"
 	"github.com/meridian-router/meridian/envoy/resources"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
 // Config configures a control server.
@@ -30,7 +32,12 @@ type Config struct {
 	XDSListen    string // gRPC: ADS and the sidecars' load reports
 	HTTPListen   string // health, metrics, introspection
 	PollInterval time.Duration
-	Log          *slog.Logger
+	// SolvePeriod is how often the optimizer runs.
+	SolvePeriod time.Duration
+	// StaleAfter drops a sidecar's report from the inputs when it is older than this.
+	StaleAfter time.Duration
+	Optimizer  optimizer.Config
+	Log        *slog.Logger
 }
 
 // Validate reports the first unusable field.
@@ -44,10 +51,14 @@ func (c Config) Validate() error {
 		return errors.New("--http-listen is required")
 	case c.PollInterval <= 0:
 		return fmt.Errorf("--poll-interval must be > 0 (got %s)", c.PollInterval)
+	case c.SolvePeriod <= 0:
+		return fmt.Errorf("--solve-period must be > 0 (got %s)", c.SolvePeriod)
+	case c.StaleAfter <= 0:
+		return fmt.Errorf("--stale-after must be > 0 (got %s)", c.StaleAfter)
 	case c.Log == nil:
 		return errors.New("a logger is required")
 	}
-	return nil
+	return c.Optimizer.Validate()
 }
 
 // Server is a running control server.
@@ -55,13 +66,26 @@ type Server struct {
 	cfg     Config
 	pub     *xds.Publisher
 	metrics *metrics
+	reports *loadReports
 
-	mu    sync.Mutex
-	fleet *fleet.Fleet
+	// ctlMu serializes the control loop: fleet reloads and periodic solves.
+	ctlMu sync.Mutex
+	opt   *optimizer.Optimizer
+
+	mu       sync.Mutex // guards what /debug/state reads
+	fleet    *fleet.Fleet
+	last     *optimizer.Result
+	views    map[string]EngineView
+	inputs   optimizer.Inputs
+	solveErr error
 }
 
 type metrics struct {
 	reg          *prometheus.Registry
+	solveSeconds prometheus.Histogram
+	solveErrors  prometheus.Counter
+	objective    prometheus.Gauge
+	shedRPS      prometheus.Gauge
 	reloads      prometheus.Counter
 	reloadErrors prometheus.Counter
 	publishes    prometheus.Counter
@@ -71,14 +95,19 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg:          prometheus.NewRegistry(),
+		reg: prometheus.NewRegistry(),
+		solveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_control_solve_seconds", Help: "Time one optimizer solve took.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		solveErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_solve_errors_total", Help: "Solves that failed; the last good weights stayed."}),
+		objective:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_objective", Help: "Objective of the last solve (latency-seconds per second)."}),
+		shedRPS:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_shed_rps", Help: "Requests/s the last solve asks the data plane to shed."}),
 		reloads:      prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_fleet_reloads_total", Help: "Fleet files loaded and applied."}),
 		reloadErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_fleet_reload_errors_total", Help: "Fleet files rejected; the last good one stayed in use."}),
 		publishes:    prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_publishes_total", Help: "Snapshot versions published."}),
 		nacks:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_control_xds_nacks_total", Help: "xDS responses rejected by a client."}, []string{"node", "type_url"}),
 		version:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_snapshot_version", Help: "Number of snapshot versions this server instance has published."}),
 	}
-	m.reg.MustRegister(m.reloads, m.reloadErrors, m.publishes, m.nacks, m.version,
+	m.reg.MustRegister(m.solveSeconds, m.solveErrors, m.objective, m.shedRPS, m.reloads, m.reloadErrors, m.publishes, m.nacks, m.version,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -88,10 +117,16 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	opt, err := optimizer.New(cfg.Optimizer)
+	if err != nil {
+		return nil, err
+	}
 	return &Server{
 		cfg:     cfg,
 		pub:     xds.NewPublisher(cfg.Log, resources.DefaultClusterOptions(), resources.DefaultRouteOptions()),
 		metrics: newMetrics(),
+		reports: newLoadReports(cfg.Log, time.Now),
+		opt:     opt,
 	}, nil
 }
 
@@ -120,6 +155,7 @@ func (s *Server) Run(ctx context.Context) error {
 	)
 	xdsSrv := serverv3.NewServer(ctx, s.pub.Cache(), s.callbacks())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(grpcSrv, xdsSrv)
+	meridianv1.RegisterLoadReportingServer(grpcSrv, s.reports)
 	httpSrv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	s.cfg.Log.Info("control server listening", "xds", xdsLn.Addr().String(), "http", httpLn.Addr().String())
 
@@ -140,6 +176,8 @@ func (s *Server) Run(ctx context.Context) error {
 			s.cfg.Log.Error("fleet file rejected; keeping the last good one", "err", err)
 		})
 
+	go s.solveLoop(watchCtx)
+
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -155,26 +193,106 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// apply publishes a new fleet. It is the single place a fleet becomes current: only after its
-// snapshots were built and checked.
+// apply makes f the current fleet: solve for it and publish. It is the single place a
+// fleet becomes current, and only after its snapshots were built and checked.
 func (s *Server) apply(ctx context.Context, f *fleet.Fleet) error {
-	plan, err := xds.BuildPlan(f, xds.StaticWeights(f))
-	if err != nil {
+	s.ctlMu.Lock()
+	defer s.ctlMu.Unlock()
+	if err := s.step(ctx, f, true); err != nil {
 		return err
 	}
-	changed, err := s.pub.Publish(ctx, plan)
-	if err != nil {
-		return err
+	s.metrics.reloads.Inc()
+	return nil
+}
+
+// solveLoop re-solves every SolvePeriod on the fleet's latest reports.
+func (s *Server) solveLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SolvePeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		f := s.fleet
+		s.mu.Unlock()
+		s.ctlMu.Lock()
+		if err := s.step(ctx, f, false); err != nil {
+			s.cfg.Log.Error("publishing the new solution failed; the last good snapshot stays", "err", err)
+		}
+		s.ctlMu.Unlock()
+	}
+}
+
+// step solves for fleet f and publishes when the weights moved enough or the fleet is new.
+// A failed solve keeps the published weights (a new fleet without any solution yet gets
+// capacity-proportional weights). Callers hold ctlMu.
+func (s *Server) step(ctx context.Context, f *fleet.Fleet, newFleet bool) error {
+	in, views := s.reports.snapshot(s.cfg.StaleAfter)
+	start := time.Now()
+	res, solveErr := s.opt.Step(ctx, f, in)
+	s.metrics.solveSeconds.Observe(time.Since(start).Seconds())
+	if solveErr != nil {
+		s.metrics.solveErrors.Inc()
+		s.cfg.Log.Error("solve failed; keeping the published weights", "err", solveErr)
 	}
 	s.mu.Lock()
-	s.fleet = f
+	prev := s.last
 	s.mu.Unlock()
-	s.metrics.reloads.Inc()
-	if len(changed) > 0 {
-		s.metrics.publishes.Inc()
-		s.metrics.version.Set(float64(s.pub.Sequence()))
+	use := res
+	if use == nil {
+		use = prev
 	}
+	if newFleet || (res != nil && res.Changed) {
+		plan, err := xds.BuildPlan(f, weightFunc(f, use))
+		if err != nil {
+			return err
+		}
+		changed, err := s.pub.Publish(ctx, plan)
+		if err != nil {
+			return err
+		}
+		if len(changed) > 0 {
+			s.metrics.publishes.Inc()
+			s.metrics.version.Set(float64(s.pub.Sequence()))
+		}
+	}
+	if res != nil {
+		s.reports.setPolicies(res.Policies)
+		s.metrics.objective.Set(res.Solution.Objective)
+		shed := 0.0
+		for _, row := range res.Solution.Shed {
+			for _, x := range row {
+				shed += x
+			}
+		}
+		s.metrics.shedRPS.Set(shed)
+	}
+	s.mu.Lock()
+	s.fleet, s.views, s.inputs, s.solveErr = f, views, in, solveErr
+	if res != nil {
+		s.last = res
+	}
+	s.mu.Unlock()
 	return nil
+}
+
+// weightFunc takes static weights where the fleet file gives them, else the optimizer's,
+// else (no solution yet) capacity-proportional ones.
+func weightFunc(f *fleet.Fleet, res *optimizer.Result) xds.WeightFunc {
+	return func(node, model string) map[string]uint32 {
+		if w, ok := f.Weights[node]; ok {
+			return w
+		}
+		if res != nil {
+			if w := res.Weights[node][model]; len(w) > 0 {
+				return w
+			}
+		}
+		return xds.CapacityWeights(f, model)
+	}
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
@@ -206,10 +324,7 @@ func (s *Server) httpHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		s.mu.Lock()
-		f := s.fleet
-		s.mu.Unlock()
-		_ = enc.Encode(buildState(f, s.pub.Plan(), s.pub.Version(), time.Now()))
+		_ = enc.Encode(s.state())
 	})
 	return mux
 }

@@ -2,9 +2,6 @@ package server
 
 import (
 	"time"
-
-	"github.com/meridian-router/meridian/control/fleet"
-	"github.com/meridian-router/meridian/control/xds"
 )
 
 // State is the introspection document served at /debug/state (and read by the dashboard):
@@ -51,17 +48,53 @@ type EngineState struct {
 
 // SolverState describes the last solve.
 type SolverState struct {
-	SolveMs   float64   `json:"solve_ms"`
-	Objective float64   `json:"objective"`
-	SolvedAt  time.Time `json:"solved_at"`
+	SolveMs       float64   `json:"solve_ms"`
+	Objective     float64   `json:"objective"`
+	MeanLatencyMs float64   `json:"mean_latency_ms"`
+	SolvedAt      time.Time `json:"solved_at"`
+	// Error is the last solve's error, if it failed; the weights shown are the last good ones.
+	Error string `json:"error,omitempty"`
 }
 
-func buildState(f *fleet.Fleet, plan *xds.Plan, version string, at time.Time) State {
-	st := State{Version: version, UpdatedAt: at, DefaultModel: f.DefaultModel, Nodes: map[string]NodeState{}}
+// state assembles the introspection document.
+func (s *Server) state() State {
+	s.mu.Lock()
+	f, res, views, in, solveErr := s.fleet, s.last, s.views, s.inputs, s.solveErr
+	s.mu.Unlock()
+	plan := s.pub.Plan()
+	st := State{Version: s.pub.Version(), UpdatedAt: time.Now(), Nodes: map[string]NodeState{}}
+	if f == nil {
+		return st
+	}
+	st.DefaultModel = f.DefaultModel
 	for _, m := range f.Models {
 		st.Models = append(st.Models, m.Name)
 	}
 	load := map[string]float64{}
+	shed := map[[2]string]float64{}
+	if res != nil {
+		sol := res.Solution
+		for e, name := range sol.Engines {
+			load[name] = sol.Load[e]
+		}
+		for c, node := range sol.Clusters {
+			for m, model := range sol.Models {
+				shed[[2]string{node, model}] = sol.ShedFraction(c, m)
+			}
+		}
+		st.Solver = &SolverState{
+			SolveMs:       float64(sol.Duration.Microseconds()) / 1000,
+			Objective:     sol.Objective,
+			MeanLatencyMs: sol.MeanLatency * 1000,
+			SolvedAt:      st.UpdatedAt,
+		}
+	}
+	if solveErr != nil {
+		if st.Solver == nil {
+			st.Solver = &SolverState{}
+		}
+		st.Solver.Error = solveErr.Error()
+	}
 	for _, c := range f.Clusters {
 		ns := NodeState{Region: c.Region, Models: map[string]NodeModelState{}}
 		for _, m := range st.Models {
@@ -71,13 +104,18 @@ func buildState(f *fleet.Fleet, plan *xds.Plan, version string, at time.Time) St
 					w[e.Engine] = e.Weight
 				}
 			}
-			ns.Models[m] = NodeModelState{Weights: w}
+			ns.Models[m] = NodeModelState{Weights: w, DemandRPS: in.Demand[c.Name][m], ShedFraction: shed[[2]string{c.Name, m}]}
 		}
 		st.Nodes[c.Name] = ns
 	}
 	for _, e := range f.Engines {
-		st.Engines = append(st.Engines, EngineState{Name: e.Name, Region: e.Region, Address: e.Address, Models: e.Models,
-			CapacityRPS: e.CapacityRPS, Draining: e.Draining, LoadRPS: load[e.Name]})
+		es := EngineState{Name: e.Name, Region: e.Region, Address: e.Address, Models: e.Models,
+			CapacityRPS: e.CapacityRPS, Draining: e.Draining, LoadRPS: load[e.Name]}
+		if v, ok := views[e.Name]; ok {
+			ttft, pen := v.TTFTP50*1000, v.Penalty
+			es.TTFTP50Ms, es.Penalty = &ttft, &pen
+		}
+		st.Engines = append(st.Engines, es)
 	}
 	return st
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/server"
 )
 
@@ -30,6 +31,14 @@ func main() {
 	fs.StringVar(&cfg.XDSListen, "xds-listen", "127.0.0.1:18000", "gRPC address for ADS and sidecar load reports")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", "127.0.0.1:18080", "HTTP address for /healthz, /metrics and /debug/state")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the fleet file is checked for changes")
+	cfg.Optimizer = optimizer.DefaultConfig()
+	fs.DurationVar(&cfg.SolvePeriod, "solve-period", time.Second, "how often the optimizer re-solves")
+	fs.DurationVar(&cfg.StaleAfter, "stale-after", 5*time.Second, "sidecar reports older than this no longer count")
+	fs.Float64Var(&cfg.Optimizer.Params.RhoMax, "rho-max", cfg.Optimizer.Params.RhoMax, "highest utilization the optimizer plans for an engine, in (0,1)")
+	fs.Float64Var(&cfg.Optimizer.Params.MoveCost, "move-cost", cfg.Optimizer.Params.MoveCost, "price in seconds of moving 1 req/s between engines (anti-oscillation)")
+	fs.Float64Var(&cfg.Optimizer.MinShareChange, "min-share-change", cfg.Optimizer.MinShareChange, "smallest share change worth publishing, in [0,1)")
+	fs.Float64Var(&cfg.Optimizer.DefaultCurve.Base, "default-latency", cfg.Optimizer.DefaultCurve.Base, "engine latency in seconds at no load, until one is learned")
+	fs.Float64Var(&cfg.Optimizer.DefaultCurve.Queue, "default-queueing", cfg.Optimizer.DefaultCurve.Queue, "engine queueing coefficient in seconds, until one is learned")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,0 +1,13 @@
+// Package optimizer runs one control period: it turns the fleet file and what the fleet
+// reported (demand, engine curves, penalties, suspect engines) into a solver.Problem, solves
+// it, and turns the solution into quantized EDS weights per node and model and a Policy
+// (shed fractions, retry budget, planned utilization) per node.
+//
+// It is the anti-oscillation layer above the LP's own movement term: a new split is only
+// published when some (node, model) share moved by more than Config.MinShareChange, because
+// every published change rebuilds Envoy's hash tables and moves keys, which costs KV-cache
+// locality. Between publications the previous weights stay, and the previous solution is the
+// next solve's reference point.
+//
+// An Optimizer is not safe for concurrent use: one control loop owns it.
+package optimizer

@@ -1,0 +1,292 @@
+package optimizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/control/solver"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+// Config configures the optimizer.
+type Config struct {
+	Params solver.Params
+	// DefaultCurve is each engine's latency curve until one is fitted from observations.
+	DefaultCurve solver.Curve
+	// WeightTotal is what each (node, model)'s EDS weights sum to.
+	WeightTotal uint32
+	// MinShareChange is the smallest change of any engine's share of a (node, model) flow
+	// that is worth publishing.
+	MinShareChange float64
+	// ProbeDemand stands in for a (node, model) demand of zero, in req/s, so that every
+	// node still gets the split it would get for its first requests.
+	ProbeDemand float64
+	// RetryBudget is sent to every sidecar.
+	RetryBudget *meridianv1.RetryBudget
+	// SolveTimeout bounds one solve.
+	SolveTimeout time.Duration
+}
+
+// DefaultConfig is the control server's default.
+func DefaultConfig() Config {
+	return Config{
+		Params:         solver.DefaultParams(),
+		DefaultCurve:   solver.Curve{Base: 0.2, Queue: 0.2},
+		WeightTotal:    1000,
+		MinShareChange: 0.02,
+		ProbeDemand:    0.01,
+		RetryBudget:    &meridianv1.RetryBudget{MaxRetriesIdle: 2, GenerousBelow: 0.5, ZeroAt: 0.9, RetryOn: "5xx,reset,connect-failure"},
+		SolveTimeout:   5 * time.Second,
+	}
+}
+
+// Validate reports the first unusable field.
+func (c Config) Validate() error {
+	if err := c.Params.Validate(); err != nil {
+		return err
+	}
+	if err := c.DefaultCurve.Validate(); err != nil {
+		return fmt.Errorf("default curve: %w", err)
+	}
+	switch {
+	case c.WeightTotal < 10:
+		return fmt.Errorf("weight total %d must be >= 10", c.WeightTotal)
+	case !(c.MinShareChange >= 0 && c.MinShareChange < 1):
+		return fmt.Errorf("min share change %v must be in [0, 1)", c.MinShareChange)
+	case !(c.ProbeDemand > 0):
+		return fmt.Errorf("probe demand %v must be > 0", c.ProbeDemand)
+	case c.SolveTimeout <= 0:
+		return errors.New("solve timeout must be > 0")
+	}
+	return nil
+}
+
+// Inputs are what the fleet reported, as of one instant.
+type Inputs struct {
+	// Demand[node][model] in req/s.
+	Demand map[string]map[string]float64
+	// Engines by name; engines missing here get the defaults (no penalty, default curve).
+	Engines map[string]EngineInput
+}
+
+// EngineInput is what is known of one engine.
+type EngineInput struct {
+	// Curve is the fitted latency curve, or nil for the default.
+	Curve *solver.Curve
+	// Suspect engines stopped reporting: they get no traffic rather than being mistaken for idle.
+	Suspect bool
+	// Penalty in (0, 1] scales the engine's capacity (sidecars' outlier penalties).
+	Penalty float64
+}
+
+// Result is one period's outcome.
+type Result struct {
+	Solution *solver.Solution
+	// Weights[node][model][engine] is the split in force (published now or earlier).
+	Weights map[string]map[string]map[string]uint32
+	// Changed reports that Weights differ from the previous period's.
+	Changed bool
+	// Policies[node] is what the node's sidecars should enforce.
+	Policies map[string]*meridianv1.Policy
+}
+
+// Optimizer keeps the state carried between periods.
+type Optimizer struct {
+	cfg     Config
+	prev    *solver.Solution
+	weights map[string]map[string]map[string]uint32
+	seq     uint64
+}
+
+// New returns an optimizer.
+func New(cfg Config) (*Optimizer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Optimizer{cfg: cfg}, nil
+}
+
+// Step solves one period. Nodes with static weights in the fleet file are left to them:
+// they appear in the problem (their demand loads the engines) but their weights are not
+// replaced.
+func (o *Optimizer) Step(ctx context.Context, f *fleet.Fleet, in Inputs) (*Result, error) {
+	p := o.problem(f, in)
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.SolveTimeout)
+	defer cancel()
+	sol, err := solver.Solve(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("solve: %w", err)
+	}
+	o.prev = sol
+	next := o.quantize(f, sol)
+	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange)
+	if changed {
+		o.weights = next
+		o.seq++
+	}
+	return &Result{Solution: sol, Weights: o.weights, Changed: changed, Policies: o.policies(f, sol)}, nil
+}
+
+func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
+	p := &solver.Problem{Params: o.cfg.Params, Prev: o.prev}
+	modelIdx := map[string]int{}
+	for i, m := range f.Models {
+		p.Models = append(p.Models, m.Name)
+		modelIdx[m.Name] = i
+	}
+	for _, c := range f.Clusters {
+		p.Clusters = append(p.Clusters, c.Name)
+		row := make([]float64, len(p.Models))
+		for i, m := range p.Models {
+			row[i] = in.Demand[c.Name][m]
+			if row[i] <= 0 {
+				row[i] = o.cfg.ProbeDemand
+			}
+		}
+		p.Demand = append(p.Demand, row)
+		rtt := make([]float64, len(f.Engines))
+		for e, eng := range f.Engines {
+			rtt[e] = f.RTTSeconds(c.Name, eng)
+		}
+		p.RTT = append(p.RTT, rtt)
+	}
+	for _, e := range f.Engines {
+		ei, known := in.Engines[e.Name]
+		curve := o.cfg.DefaultCurve
+		if known && ei.Curve != nil {
+			curve = *ei.Curve
+		}
+		penalty := 1.0
+		if known && ei.Penalty > 0 && ei.Penalty < 1 {
+			penalty = ei.Penalty
+		}
+		se := solver.Engine{Name: e.Name, Capacity: e.CapacityRPS * penalty, Healthy: !e.Draining && !(known && ei.Suspect), Curve: curve}
+		for _, m := range e.Models {
+			se.Models = append(se.Models, modelIdx[m])
+		}
+		p.Engines = append(p.Engines, se)
+	}
+	return p
+}
+
+// quantize turns the solution into weights for every node without static weights.
+func (o *Optimizer) quantize(f *fleet.Fleet, sol *solver.Solution) map[string]map[string]map[string]uint32 {
+	out := map[string]map[string]map[string]uint32{}
+	for c, node := range sol.Clusters {
+		if _, static := f.Weights[node]; static {
+			continue
+		}
+		out[node] = map[string]map[string]uint32{}
+		for m, model := range sol.Models {
+			w := sol.Weights(c, m, o.cfg.WeightTotal)
+			ws := map[string]uint32{}
+			for e, v := range w {
+				if v > 0 {
+					ws[sol.Engines[e]] = v
+				}
+			}
+			out[node][model] = ws
+		}
+	}
+	return out
+}
+
+// movedMoreThan reports whether any engine's share of any (node, model) differs by more
+// than threshold between a and b (or the key sets differ).
+func movedMoreThan(a, b map[string]map[string]map[string]uint32, threshold float64) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	for node, am := range a {
+		bm, ok := b[node]
+		if !ok || len(am) != len(bm) {
+			return true
+		}
+		for model, aw := range am {
+			bw, ok := bm[model]
+			if !ok {
+				return true
+			}
+			as, bs := sum(aw), sum(bw)
+			for e := range union(aw, bw) {
+				sa, sb := share(aw[e], as), share(bw[e], bs)
+				if math.Abs(sa-sb) > threshold || (aw[e] == 0) != (bw[e] == 0) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func sum(w map[string]uint32) float64 {
+	s := 0.0
+	for _, v := range w {
+		s += float64(v)
+	}
+	return s
+}
+
+func share(v uint32, total float64) float64 {
+	if total == 0 {
+		return 0
+	}
+	return float64(v) / total
+}
+
+func union(a, b map[string]uint32) map[string]struct{} {
+	u := make(map[string]struct{}, len(a)+len(b))
+	for k := range a {
+		u[k] = struct{}{}
+	}
+	for k := range b {
+		u[k] = struct{}{}
+	}
+	return u
+}
+
+// policies derives each node's shed fractions and planned utilization.
+func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution) map[string]*meridianv1.Policy {
+	capacity := map[string]float64{}
+	for _, e := range f.Engines {
+		capacity[e.Name] = e.CapacityRPS
+	}
+	out := map[string]*meridianv1.Policy{}
+	for c, node := range sol.Clusters {
+		p := &meridianv1.Policy{RetryBudget: o.cfg.RetryBudget}
+		var flow, util float64
+		for m, model := range sol.Models {
+			if fr := sol.ShedFraction(c, m); fr > 1e-6 {
+				p.Shed = append(p.Shed, &meridianv1.ModelShed{Model: model, Fraction: fr})
+			}
+			for e, x := range sol.Flow[c][m] {
+				if x > 0 && capacity[sol.Engines[e]] > 0 {
+					flow += x
+					util += x * sol.Load[e] / capacity[sol.Engines[e]]
+				}
+			}
+		}
+		if flow > 0 {
+			p.Utilization = util / flow // flow-weighted utilization of the engines this node uses
+		}
+		if len(p.Shed) > 0 {
+			p.Utilization = math.Max(p.Utilization, 1) // demand exceeds capacity
+		}
+		p.Version = policyVersion(p)
+		out[node] = p
+	}
+	return out
+}
+
+// policyVersion fingerprints a policy so that sidecars only see a change when there is one.
+func policyVersion(p *meridianv1.Policy) string {
+	s := fmt.Sprintf("u%.3f", p.Utilization)
+	for _, m := range p.Shed {
+		s += fmt.Sprintf("|%s:%.3f", m.Model, m.Fraction)
+	}
+	return s
+}

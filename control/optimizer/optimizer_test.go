@@ -1,0 +1,160 @@
+package optimizer
+
+import (
+	"context"
+	"testing"
+
+	"github.com/meridian-router/meridian/control/fleet"
+)
+
+const twoRegions = `
+models: [{name: m}]
+clusters: [{name: region-a, region: a}, {name: region-b, region: b}]
+engines:
+  - {name: a-0, address: "127.0.0.1:8001", region: a, models: [m], capacity_rps: 10}
+  - {name: a-1, address: "127.0.0.1:8002", region: a, models: [m], capacity_rps: 10}
+  - {name: b-0, address: "127.0.0.1:8003", region: b, models: [m], capacity_rps: 10}
+  - {name: b-1, address: "127.0.0.1:8004", region: b, models: [m], capacity_rps: 10}
+rtt_ms: {region-a: {a: 1, b: 40}, region-b: {a: 40, b: 1}}
+`
+
+func mustFleet(t *testing.T, y string) *fleet.Fleet {
+	t.Helper()
+	f, err := fleet.Parse("fleet.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func shareOf(w map[string]uint32, engines ...string) float64 {
+	var in, all float64
+	for e, v := range w {
+		all += float64(v)
+		for _, x := range engines {
+			if e == x {
+				in += float64(v)
+			}
+		}
+	}
+	return in / all
+}
+
+func demand(a, b float64) Inputs {
+	return Inputs{Demand: map[string]map[string]float64{"region-a": {"m": a}, "region-b": {"m": b}}}
+}
+
+func TestLocalUntilOverloadedThenSpillsToFarRegion(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	o, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	res, err := o.Step(ctx, f, demand(4, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := shareOf(res.Weights["region-a"]["m"], "a-0", "a-1"); s != 1 {
+		t.Fatalf("light load: region-a sends %.2f locally, want all of it", s)
+	}
+	// Region-a's demand exceeds its engines' 2×10×0.9 = 18 req/s: the excess must cross.
+	res, err = o.Step(ctx, f, demand(26, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := shareOf(res.Weights["region-a"]["m"], "b-0", "b-1")
+	if far < 0.25 || far > 0.45 {
+		t.Fatalf("region-a at 26 req/s sends %.2f to region-b; at least the 8/26 excess over ρmax·capacity must go", far)
+	}
+	if !res.Changed {
+		t.Fatal("a large shift did not count as a change")
+	}
+	for e, l := range res.Solution.Load {
+		if l > 9.0001 {
+			t.Fatalf("engine %s planned at %.2f req/s > ρmax·capacity 9", res.Solution.Engines[e], l)
+		}
+	}
+	if len(res.Policies["region-a"].GetShed()) != 0 {
+		t.Fatal("shed while total capacity covers demand")
+	}
+	if u := res.Policies["region-a"].GetUtilization(); u < 0.5 || u > 1 {
+		t.Fatalf("region-a planned utilization %.2f", u)
+	}
+}
+
+func TestShedsOnlyTheExcess(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	o, _ := New(DefaultConfig())
+	// Capacity at ρmax is 36 req/s; 50 offered, 14 must be shed.
+	res, err := o.Step(context.Background(), f, demand(25, 25))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, p := range res.Policies {
+		for _, s := range p.GetShed() {
+			total += s.GetFraction() * 25
+		}
+		if p.GetUtilization() < 1 {
+			t.Fatalf("a shedding node reports utilization %.2f < 1", p.GetUtilization())
+		}
+	}
+	if total < 13.9 || total > 14.1 {
+		t.Fatalf("shed %.2f req/s, want the 14 req/s excess", total)
+	}
+}
+
+func TestSmallMovesAreNotPublished(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	cfg := DefaultConfig()
+	cfg.MinShareChange = 0.05
+	o, _ := New(cfg)
+	ctx := context.Background()
+	first, _ := o.Step(ctx, f, demand(20, 4))
+	w := first.Weights
+	second, err := o.Step(ctx, f, demand(20.2, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Changed {
+		t.Fatal("a 1% demand change was published")
+	}
+	if shareOf(second.Weights["region-a"]["m"], "b-0", "b-1") != shareOf(w["region-a"]["m"], "b-0", "b-1") {
+		t.Fatal("unpublished weights changed")
+	}
+}
+
+func TestStaticNodesKeepTheirWeights(t *testing.T) {
+	f := mustFleet(t, twoRegions+"weights: {region-b: {b-0: 5, b-1: 5}}\n")
+	o, _ := New(DefaultConfig())
+	res, err := o.Step(context.Background(), f, demand(4, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := res.Weights["region-b"]; ok {
+		t.Fatal("the optimizer set weights for a node with static weights")
+	}
+	if len(res.Weights["region-a"]["m"]) == 0 {
+		t.Fatal("region-a got no weights")
+	}
+}
+
+func TestSuspectAndPenalizedEngines(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	o, _ := New(DefaultConfig())
+	in := demand(12, 4)
+	in.Engines = map[string]EngineInput{"a-0": {Suspect: true}, "a-1": {Penalty: 0.5}}
+	res, err := o.Step(context.Background(), f, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Weights["region-a"]["m"]["a-0"] != 0 {
+		t.Fatal("a suspect engine kept weight")
+	}
+	for e, name := range res.Solution.Engines {
+		if name == "a-1" && res.Solution.Load[e] > 4.5001 {
+			t.Fatalf("a-1 at half capacity planned %.2f req/s > 0.9×5", res.Solution.Load[e])
+		}
+	}
+}
