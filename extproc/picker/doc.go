@@ -12,11 +12,13 @@
 // probability w[i]/Σw, and when one weight changes only the buckets that endpoint wins
 // or loses change owner, so about δ of the keys move when its share moves by δ.
 //
-// The E[i,b] are not computed for every (i, b) pair: each endpoint owns a Poisson
-// process of rate 1 per bucket over E, generated lazily in increasing E from a seed
-// derived from its address. The build draws points below a score threshold that it
-// doubles until the ranking is settled, so building costs O(Buckets × Candidates), not
-// O(Buckets × endpoints). See build.go.
+// The E[i,b] are not computed for every (i, b) pair. Buckets form groups of
+// G = min(Buckets, 4096); per group, each endpoint owns a stream of points in
+// increasing E, one per strip of width 1/G and each in a uniform bucket of the group,
+// seeded by its address alone. The first point to land in a bucket is its E[i,b]
+// (Exp(1) up to a scale change of 1/(2G) shared by all endpoints). The build draws points below a score threshold that it raises
+// until every bucket's best candidates are settled, so building costs
+// O(Buckets × Candidates), not O(Buckets × endpoints). See build.go.
 //
 // Bounded loads (Mirrokni, Thorup and Zadimoghaddam 2018, "Consistent Hashing with
 // Bounded Loads"): an endpoint whose in-flight count is not below (1+ε) × its weighted
@@ -28,9 +30,10 @@
 //   - A Table is immutable after NewTable returns. Pick takes no locks, allocates
 //     nothing when dst has room, and only reads atomic in-flight counters.
 //   - Two tables built from the same endpoint set (in any order) with the same Config
-//     rank every key identically, on any machine with IEEE-754 float64 and the same
-//     math.Log; with the same in-flight counts they Pick identically. This is what lets
-//     independent sidecars keep prefix affinity without talking to each other.
+//     rank every key identically, on any platform (the ranking uses only exact or
+//     singly rounded IEEE-754 arithmetic, no math.Log); with the same in-flight counts
+//     they Pick identically. This is what lets independent sidecars keep prefix
+//     affinity without talking to each other.
 //   - In-flight counters live in a Loads, keyed by address, so they survive table swaps.
 //     Tables built for the same pool of engines share one Loads; every Start is paired
 //     with exactly one Ticket.Done.

@@ -50,13 +50,19 @@ func (l *Loads) InFlight(addr string) int64 {
 // flight, so a churning fleet does not grow the map forever. Call it after swapping
 // in keep. It returns how many counters it forgot. A request that an older table
 // starts on a forgotten address afterwards still finishes correctly (its Ticket holds
-// the counter); the address merely starts from zero if it comes back.
+// the counter); the address merely starts from zero if it comes back. A nil keep
+// keeps no address.
 func (l *Loads) Prune(keep *Table) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for addr, c := range l.byAddr {
-		if _, live := keep.index[addr]; live || c.n.Load() != 0 {
+		if keep != nil {
+			if _, live := keep.index[addr]; live {
+				continue
+			}
+		}
+		if c.n.Load() != 0 {
 			continue
 		}
 		delete(l.byAddr, addr)
