@@ -3,10 +3,8 @@ package request
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -83,48 +81,46 @@ func badf(format string, args ...any) error { return &Error{Reason: fmt.Sprintf(
 // r is reset and reused, so a caller can keep one per stream and avoid allocations.
 func Parse(k Kind, body []byte, complete bool, opt Options, r *Request) error {
 	*r = Request{Blocks: r.Blocks[:0]}
-	if complete && !utf8.Valid(body) {
-		return badf("body is not valid UTF-8")
-	}
+	valid := body
 	if !complete {
 		// A cut may split a multi-byte rune; only the bytes before it must be valid.
-		if !utf8.Valid(trimPartialRune(body)) {
-			return badf("body is not valid UTF-8")
-		}
+		valid = trimPartialRune(body)
+	}
+	if !utf8.Valid(valid) {
+		return badf("body is not valid UTF-8")
 	}
 	h := hasher{opt: opt, r: r}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	p := parser{dec: dec, opt: opt, h: &h, kind: k}
+	p := parser{sc: scanner{b: body, maxDepth: opt.MaxDepth}, h: &h, kind: k}
 	err := p.top(r)
 	h.flush()
-	if err == nil {
-		if r.Model == "" {
-			return badf("the 'model' field is required")
-		}
-		if k == ChatCompletions && !p.sawMessages {
-			return badf("the 'messages' field is required")
-		}
-		if k == ChatCompletions && p.messages == 0 {
-			return badf("'messages' must not be empty")
-		}
-		if k == Completions && !p.sawPrompt {
-			return badf("the 'prompt' field is required")
-		}
-		return nil
-	}
-	var ce *Error
-	if errors.As(err, &ce) {
-		return err
-	}
-	if !complete && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errEnd) && !complete:
 		r.Truncated = true
 		if r.Model == "" {
 			return errTruncatedBeforeModel
 		}
 		return nil
+	case errors.Is(err, errEnd):
+		return badf("invalid JSON body: unexpected end of input")
+	default:
+		var ce *Error
+		if errors.As(err, &ce) {
+			return err
+		}
+		return badf("invalid JSON body: %v", err)
 	}
-	return badf("invalid JSON body: %v", err)
+	switch {
+	case r.Model == "":
+		return badf("the 'model' field is required")
+	case k == ChatCompletions && !p.sawMessages:
+		return badf("the 'messages' field is required")
+	case k == ChatCompletions && p.messages == 0:
+		return badf("'messages' must not be empty")
+	case k == Completions && !p.sawPrompt:
+		return badf("the 'prompt' field is required")
+	}
+	return nil
 }
 
 // errTruncatedBeforeModel reports a partial body whose first bytes did not name the model.
@@ -144,289 +140,6 @@ func trimPartialRune(b []byte) []byte {
 		}
 	}
 	return b
-}
-
-type parser struct {
-	dec         *json.Decoder
-	opt         Options
-	h           *hasher
-	kind        Kind
-	depth       int
-	sawMessages bool
-	sawPrompt   bool
-	messages    int
-}
-
-func (p *parser) token() (json.Token, error) {
-	t, err := p.dec.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return t, nil
-}
-
-func (p *parser) top(r *Request) error {
-	t, err := p.token()
-	if err != nil {
-		return err
-	}
-	if d, ok := t.(json.Delim); !ok || d != '{' {
-		return badf("the body must be a JSON object")
-	}
-	for p.dec.More() {
-		kt, err := p.token()
-		if err != nil {
-			return err
-		}
-		key, _ := kt.(string)
-		switch key {
-		case "model":
-			v, err := p.token()
-			if err != nil {
-				return err
-			}
-			s, ok := v.(string)
-			if !ok {
-				return badf("'model' must be a string")
-			}
-			r.Model = s
-		case "stream":
-			v, err := p.token()
-			if err != nil {
-				return err
-			}
-			b, ok := v.(bool)
-			if !ok && v != nil {
-				return badf("'stream' must be a boolean")
-			}
-			r.Stream = b
-		case "messages":
-			if p.kind != ChatCompletions {
-				if err := p.skip(); err != nil {
-					return err
-				}
-				continue
-			}
-			p.sawMessages = true
-			if err := p.readMessages(); err != nil {
-				return err
-			}
-		case "prompt":
-			if p.kind != Completions {
-				if err := p.skip(); err != nil {
-					return err
-				}
-				continue
-			}
-			p.sawPrompt = true
-			if err := p.readPrompt(); err != nil {
-				return err
-			}
-		default:
-			if err := p.skip(); err != nil {
-				return err
-			}
-		}
-	}
-	_, err = p.token() // closing brace
-	return err
-}
-
-// skip consumes one value of any shape, enforcing MaxDepth.
-func (p *parser) skip() error {
-	depth := 0
-	for {
-		t, err := p.token()
-		if err != nil {
-			return err
-		}
-		if d, ok := t.(json.Delim); ok {
-			switch d {
-			case '{', '[':
-				depth++
-				if depth > p.opt.MaxDepth {
-					return badf("JSON nested deeper than %d levels", p.opt.MaxDepth)
-				}
-			default:
-				depth--
-			}
-		}
-		if depth == 0 {
-			return nil
-		}
-	}
-}
-
-func (p *parser) readMessages() error {
-	t, err := p.token()
-	if err != nil {
-		return err
-	}
-	if d, ok := t.(json.Delim); !ok || d != '[' {
-		return badf("'messages' must be an array")
-	}
-	for p.dec.More() {
-		if err := p.readMessage(); err != nil {
-			return err
-		}
-		p.messages++
-	}
-	_, err = p.token()
-	return err
-}
-
-var (
-	sepRole    = []byte{0}
-	sepMessage = []byte{0x1e}
-)
-
-func (p *parser) readMessage() error {
-	t, err := p.token()
-	if err != nil {
-		return err
-	}
-	if d, ok := t.(json.Delim); !ok || d != '{' {
-		return badf("messages[%d] must be an object", p.messages)
-	}
-	// role normally precedes content; when it does not, the canonical form still stays
-	// deterministic because it follows the bytes in the order they arrive.
-	for p.dec.More() {
-		kt, err := p.token()
-		if err != nil {
-			return err
-		}
-		switch kt.(string) {
-		case "role":
-			v, err := p.token()
-			if err != nil {
-				return err
-			}
-			s, ok := v.(string)
-			if !ok {
-				return badf("messages[%d].role must be a string", p.messages)
-			}
-			p.h.writeString(s)
-			p.h.write(sepRole)
-		case "content":
-			if err := p.readContent(); err != nil {
-				return err
-			}
-		default:
-			if err := p.skip(); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := p.token(); err != nil {
-		return err
-	}
-	p.h.write(sepMessage)
-	return nil
-}
-
-// readContent accepts a string, null, or an array of parts whose text parts are hashed.
-func (p *parser) readContent() error {
-	t, err := p.token()
-	if err != nil {
-		return err
-	}
-	switch v := t.(type) {
-	case string:
-		p.h.writeString(v)
-		return nil
-	case nil:
-		return nil
-	case json.Delim:
-		if v != '[' {
-			return badf("messages[%d].content must be a string or an array of parts", p.messages)
-		}
-	default:
-		return badf("messages[%d].content must be a string or an array of parts", p.messages)
-	}
-	for p.dec.More() {
-		pt, err := p.token()
-		if err != nil {
-			return err
-		}
-		if d, ok := pt.(json.Delim); !ok || d != '{' {
-			return badf("messages[%d].content parts must be objects", p.messages)
-		}
-		for p.dec.More() {
-			kt, err := p.token()
-			if err != nil {
-				return err
-			}
-			if kt.(string) != "text" {
-				if err := p.skip(); err != nil {
-					return err
-				}
-				continue
-			}
-			v, err := p.token()
-			if err != nil {
-				return err
-			}
-			s, ok := v.(string)
-			if !ok {
-				return badf("messages[%d].content[].text must be a string", p.messages)
-			}
-			p.h.writeString(s)
-		}
-		if _, err := p.token(); err != nil {
-			return err
-		}
-	}
-	_, err = p.token()
-	return err
-}
-
-// readPrompt accepts a string, an array of strings (the first is hashed: a batch shares no
-// single prefix), or an array of token ids.
-func (p *parser) readPrompt() error {
-	t, err := p.token()
-	if err != nil {
-		return err
-	}
-	switch v := t.(type) {
-	case string:
-		p.h.writeString(v)
-		return nil
-	case json.Delim:
-		if v != '[' {
-			return badf("'prompt' must be a string, an array of strings or an array of token ids")
-		}
-	default:
-		return badf("'prompt' must be a string, an array of strings or an array of token ids")
-	}
-	first := true
-	var tok [8]byte
-	for p.dec.More() {
-		v, err := p.token()
-		if err != nil {
-			return err
-		}
-		switch x := v.(type) {
-		case string:
-			if first {
-				p.h.writeString(x)
-			}
-		case json.Number:
-			n, err := x.Int64()
-			if err != nil {
-				return badf("'prompt' token ids must be integers")
-			}
-			binary.LittleEndian.PutUint64(tok[:], uint64(n))
-			p.h.write(tok[:])
-		default:
-			return badf("'prompt' must be a string, an array of strings or an array of token ids")
-		}
-		first = false
-	}
-	_, err = p.token()
-	return err
 }
 
 // hasher cuts the canonical prompt into blocks and chains their hashes.

@@ -1,9 +1,12 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func chatBody(t testing.TB, stream bool, msgs ...[2]string) []byte {
@@ -183,4 +186,96 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzParseMatchesEncodingJSON checks the hand-written scanner against encoding/json on
+// complete chat bodies: the same verdict on validity, the same model and stream flag, and
+// the chain of hashes of the same canonical prompt.
+func FuzzParseMatchesEncodingJSON(f *testing.F) {
+	f.Add([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"h\u00e9llo \ud83d\ude00 \"q\""}]}`))
+	f.Add([]byte(`{"messages":[{"content":"x","role":"system"},{"role":"user","content":"y"}],"model":"m","n":[1,2.5e3,-0,{"a":null}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"t":01}`))
+	opt := Options{BlockBytes: 16, MaxBlocks: 64, MaxDepth: 64}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !utf8.Valid(body) || bytes.Count(body, []byte(`"messages"`)) > 1 || bytes.Count(body, []byte(`"model"`)) > 1 {
+			return // encoding/json replaces bad UTF-8 and lets the last duplicate key win
+		}
+		var r Request
+		err := Parse(ChatCompletions, body, true, opt, &r)
+		var doc struct {
+			Model    json.RawMessage `json:"model"`
+			Stream   json.RawMessage `json:"stream"`
+			Messages []json.RawMessage `json:"messages"`
+		}
+		var generic any
+		stdErr := json.Unmarshal(body, &generic)
+		if stdErr != nil {
+			if err == nil {
+				t.Fatalf("encoding/json rejects %q (%v) but Parse accepted it", body, stdErr)
+			}
+			return
+		}
+		if err != nil {
+			return // valid JSON that is not a routable request: checked by TestClientErrors
+		}
+		if json.Unmarshal(body, &doc) != nil {
+			t.Fatalf("Parse accepted %q whose fields do not have the request's types", body)
+		}
+		var model string
+		if json.Unmarshal(doc.Model, &model) != nil || model != r.Model {
+			t.Fatalf("model %q, encoding/json says %s", r.Model, doc.Model)
+		}
+		if want := string(doc.Stream) == "true"; r.Stream != want {
+			t.Fatalf("stream %v, encoding/json says %s", r.Stream, doc.Stream)
+		}
+		var canon []byte
+		for _, raw := range doc.Messages {
+			canon = appendCanonical(t, canon, raw)
+		}
+		var want Request
+		h := hasher{opt: opt, r: &want}
+		h.write(canon)
+		h.flush()
+		if !slices.Equal(want.Blocks, r.Blocks) {
+			t.Fatalf("blocks differ from the canonical prompt %q's", canon)
+		}
+	})
+}
+
+// appendCanonical appends one message's canonical form, in the order its keys appear.
+func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) []byte {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		t.Fatal(err)
+	}
+	for dec.More() {
+		k, _ := dec.Token()
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		switch k {
+		case "role":
+			var role string
+			if json.Unmarshal(v, &role) != nil {
+				t.Fatalf("accepted a non-string role %s", v)
+			}
+			canon = append(append(canon, role...), 0)
+		case "content":
+			var s string
+			var parts []map[string]json.RawMessage // exact keys: struct tags match any case
+			if json.Unmarshal(v, &s) == nil {
+				canon = append(canon, s...)
+			} else if json.Unmarshal(v, &parts) == nil {
+				for _, p := range parts {
+					var text string
+					if json.Unmarshal(p["text"], &text) == nil {
+						canon = append(canon, text...)
+					}
+				}
+			}
+		}
+	}
+	return append(canon, 0x1e)
 }

@@ -172,6 +172,7 @@ type streamState struct {
 	priority    int
 	traceparent string
 	req         request.Request
+	blocks      [64]uint64 // backs req.Blocks for the default MaxBlocks
 }
 
 func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -234,6 +235,9 @@ func value(hv *corev3.HeaderValue) string {
 }
 
 func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if st.req.Blocks == nil {
+		st.req.Blocks = st.blocks[:0]
+	}
 	err := request.Parse(st.kind, body.GetBody(), body.GetEndOfStream(), s.cfg.Request, &st.req)
 	if request.IsTruncatedBeforeModel(err) {
 		// The request may be fine; it is just not steerable. Envoy's default route and its

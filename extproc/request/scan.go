@@ -1,0 +1,662 @@
+package request
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// errEnd means the bytes ran out: for a partial body, that is where the cut was.
+var errEnd = errors.New("unexpected end of input")
+
+// scanner is a minimal JSON tokenizer over one byte slice. It allocates nothing: strings
+// are unescaped straight into a caller's sink. It checks the syntax it reads, and skips
+// values it does not need without building them.
+type scanner struct {
+	b        []byte
+	i        int
+	depth    int
+	maxDepth int
+	esc      [utf8.UTFMax]byte // an unescaped character on its way to a sink
+}
+
+func (s *scanner) syntax(what string) error {
+	return fmt.Errorf("%s at byte %d", what, s.i)
+}
+
+// next skips white space and returns the next byte without consuming it.
+func (s *scanner) next() (byte, error) {
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return c, nil
+		}
+	}
+	return 0, errEnd
+}
+
+func (s *scanner) expect(c byte) error {
+	got, err := s.next()
+	if err != nil {
+		return err
+	}
+	if got != c {
+		return s.syntax(fmt.Sprintf("expected %q, found %q", c, got))
+	}
+	s.i++
+	return nil
+}
+
+// more reports whether a container holds another element, consuming the comma before it;
+// first is true for the first element. It returns false after consuming the closing byte.
+func (s *scanner) more(first bool, closing byte) (bool, error) {
+	c, err := s.next()
+	if err != nil {
+		return false, err
+	}
+	if c == closing {
+		s.i++
+		s.depth--
+		return false, nil
+	}
+	if first {
+		return true, nil
+	}
+	if c != ',' {
+		return false, s.syntax(fmt.Sprintf("expected ',' or %q", closing))
+	}
+	s.i++
+	return true, nil
+}
+
+// open consumes an opening '{' or '[' and enforces the depth limit.
+func (s *scanner) open(c byte) error {
+	if err := s.expect(c); err != nil {
+		return err
+	}
+	s.depth++
+	if s.depth > s.maxDepth {
+		return badf("JSON nested deeper than %d levels", s.maxDepth)
+	}
+	return nil
+}
+
+// str reads a string, passing its unescaped bytes to sink in pieces (sink may be nil to
+// discard them). On a cut inside the string, the bytes before the cut have been passed.
+func (s *scanner) str(sink func([]byte)) error {
+	if err := s.expect('"'); err != nil {
+		return err
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			if sink != nil && s.i > start {
+				sink(s.b[start:s.i])
+			}
+			s.i++
+			return nil
+		case c == '\\':
+			if sink != nil && s.i > start {
+				sink(s.b[start:s.i])
+			}
+			if err := s.escape(sink); err != nil {
+				return err
+			}
+			start = s.i
+		case c < 0x20:
+			return s.syntax("control character in string")
+		default:
+			s.i++
+		}
+	}
+	if sink != nil && s.i > start {
+		sink(s.b[start:s.i])
+	}
+	return errEnd
+}
+
+// escape decodes one escape sequence at s.i (the backslash).
+func (s *scanner) escape(sink func([]byte)) error {
+	if s.i+1 >= len(s.b) {
+		s.i = len(s.b)
+		return errEnd
+	}
+	one := s.esc[:]
+	c := s.b[s.i+1]
+	switch c {
+	case '"', '\\', '/':
+		one[0] = c
+	case 'b':
+		one[0] = '\b'
+	case 'f':
+		one[0] = '\f'
+	case 'n':
+		one[0] = '\n'
+	case 'r':
+		one[0] = '\r'
+	case 't':
+		one[0] = '\t'
+	case 'u':
+		r, n, err := s.unicode(s.i)
+		if err != nil {
+			return err
+		}
+		s.i += n
+		if sink != nil {
+			sink(one[:utf8.EncodeRune(one[:], r)])
+		}
+		return nil
+	default:
+		return s.syntax("invalid escape")
+	}
+	s.i += 2
+	if sink != nil {
+		sink(one[:1])
+	}
+	return nil
+}
+
+// unicode decodes \uXXXX at i, joining a surrogate pair; it returns the rune and the bytes
+// consumed. A lone surrogate becomes U+FFFD, as encoding/json does.
+func (s *scanner) unicode(i int) (rune, int, error) {
+	r1, err := s.hex4(i)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !utf16.IsSurrogate(r1) {
+		return r1, 6, nil
+	}
+	if i+12 <= len(s.b) {
+		if s.b[i+6] == '\\' && s.b[i+7] == 'u' {
+			if r2, err := s.hex4(i + 6); err == nil {
+				if r := utf16.DecodeRune(r1, r2); r != utf8.RuneError {
+					return r, 12, nil
+				}
+			}
+		}
+	} else if rest := s.b[i+6:]; len(rest) > 0 && rest[0] == '\\' && (len(rest) == 1 || rest[1] == 'u') {
+		// The pair's second half may continue past a cut.
+		s.i = len(s.b)
+		return 0, 0, errEnd
+	}
+	return utf8.RuneError, 6, nil
+}
+
+func (s *scanner) hex4(i int) (rune, error) {
+	if i+6 > len(s.b) {
+		s.i = len(s.b)
+		return 0, errEnd
+	}
+	var r rune
+	for _, c := range s.b[i+2 : i+6] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, s.syntax("invalid \\u escape")
+		}
+	}
+	return r, nil
+}
+
+// literal reads true, false or null; it returns which.
+func (s *scanner) literal() (string, error) {
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if s.i < len(s.b) && s.b[s.i] == lit[0] {
+			n := min(len(lit), len(s.b)-s.i)
+			if string(s.b[s.i:s.i+n]) != lit[:n] {
+				return "", s.syntax("invalid literal")
+			}
+			if n < len(lit) {
+				s.i = len(s.b)
+				return "", errEnd
+			}
+			s.i += n
+			return lit, nil
+		}
+	}
+	return "", s.syntax("invalid literal")
+}
+
+// number reads a JSON number (-?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?) and returns its bytes.
+func (s *scanner) number() ([]byte, error) {
+	start := s.i
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+			s.i++
+			n++
+		}
+		return n
+	}
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	switch {
+	case s.i < len(s.b) && s.b[s.i] == '0':
+		s.i++
+	case digits() == 0:
+		if s.i == len(s.b) {
+			return nil, errEnd
+		}
+		return nil, s.syntax("invalid number")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if digits() == 0 {
+			if s.i == len(s.b) {
+				return nil, errEnd
+			}
+			return nil, s.syntax("invalid number")
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if digits() == 0 {
+			if s.i == len(s.b) {
+				return nil, errEnd
+			}
+			return nil, s.syntax("invalid number")
+		}
+	}
+	if s.i == len(s.b) {
+		return nil, errEnd // a number may continue past a cut; a body never ends in one
+	}
+	return s.b[start:s.i], nil
+}
+
+// skip consumes one value of any type.
+func (s *scanner) skip() error {
+	c, err := s.next()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c == '"':
+		return s.str(nil)
+	case c == '{':
+		if err := s.open('{'); err != nil {
+			return err
+		}
+		for first := true; ; first = false {
+			ok, err := s.more(first, '}')
+			if err != nil || !ok {
+				return err
+			}
+			if err := s.str(nil); err != nil {
+				return err
+			}
+			if err := s.expect(':'); err != nil {
+				return err
+			}
+			if err := s.skip(); err != nil {
+				return err
+			}
+		}
+	case c == '[':
+		if err := s.open('['); err != nil {
+			return err
+		}
+		for first := true; ; first = false {
+			ok, err := s.more(first, ']')
+			if err != nil || !ok {
+				return err
+			}
+			if err := s.skip(); err != nil {
+				return err
+			}
+		}
+	case c == '-' || c >= '0' && c <= '9':
+		_, err := s.number()
+		return err
+	default:
+		_, err := s.literal()
+		return err
+	}
+}
+
+// key reads an object key into buf (keys we look for are short and unescaped).
+func (s *scanner) key(buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	err := s.str(func(p []byte) {
+		if len(buf)+len(p) <= cap(buf) {
+			buf = append(buf, p...)
+		} else {
+			buf = buf[:cap(buf)] // too long to be a key we want; keep it unequal
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return buf, s.expect(':')
+}
+
+// parser walks an OpenAI request body and feeds the hasher the canonical prompt.
+type parser struct {
+	sc          scanner
+	h           *hasher
+	kind        Kind
+	sawMessages bool
+	sawPrompt   bool
+	messages    int
+	scratch     [32]byte
+	model       [256]byte
+}
+
+func (p *parser) top(r *Request) error {
+	if c, err := p.sc.next(); err != nil {
+		return err
+	} else if c != '{' {
+		return badf("invalid JSON body: it must be a JSON object")
+	}
+	if err := p.sc.open('{'); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		ok, err := p.sc.more(first, '}')
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		k, err := p.sc.key(p.scratch[:0])
+		if err != nil {
+			return err
+		}
+		switch string(k) {
+		case "model":
+			err = p.readModel(r)
+		case "stream":
+			err = p.readStream(r)
+		case "messages":
+			if p.kind == ChatCompletions {
+				p.sawMessages = true
+				err = p.readMessages()
+			} else {
+				err = p.sc.skip()
+			}
+		case "prompt":
+			if p.kind == Completions {
+				p.sawPrompt = true
+				err = p.readPrompt()
+			} else {
+				err = p.sc.skip()
+			}
+		default:
+			err = p.sc.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if c, err := p.sc.next(); err == nil {
+		return p.sc.syntax(fmt.Sprintf("unexpected %q after the top-level object", c))
+	}
+	return nil
+}
+
+func (p *parser) readModel(r *Request) error {
+	if c, err := p.sc.next(); err != nil {
+		return err
+	} else if c != '"' {
+		return badf("'model' must be a string")
+	}
+	buf := p.model[:0]
+	long := false
+	err := p.sc.str(func(b []byte) {
+		if len(buf)+len(b) > cap(buf) {
+			long = true
+			return
+		}
+		buf = append(buf, b...)
+	})
+	if err != nil {
+		return err // a model cut short is no model: the caller cannot route on half a name
+	}
+	if long {
+		return badf("'model' is longer than %d bytes", cap(p.model))
+	}
+	r.Model = string(buf)
+	return nil
+}
+
+func (p *parser) readStream(r *Request) error {
+	c, err := p.sc.next()
+	if err != nil {
+		return err
+	}
+	if c != 't' && c != 'f' && c != 'n' {
+		return badf("'stream' must be a boolean")
+	}
+	lit, err := p.sc.literal()
+	r.Stream = lit == "true"
+	return err
+}
+
+var (
+	sepRole    = []byte{0}
+	sepMessage = []byte{0x1e}
+)
+
+func (p *parser) readMessages() error {
+	if c, err := p.sc.next(); err != nil {
+		return err
+	} else if c != '[' {
+		return badf("'messages' must be an array")
+	}
+	if err := p.sc.open('['); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		ok, err := p.sc.more(first, ']')
+		if err != nil || !ok {
+			return err
+		}
+		if err := p.readMessage(); err != nil {
+			return err
+		}
+		p.messages++
+	}
+}
+
+// readMessage hashes role NUL content ... RS. Role normally precedes content; when it does
+// not, the canonical form still follows the bytes in the order they arrive.
+func (p *parser) readMessage() error {
+	if c, err := p.sc.next(); err != nil {
+		return err
+	} else if c != '{' {
+		return badf("messages[%d] must be an object", p.messages)
+	}
+	if err := p.sc.open('{'); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		ok, err := p.sc.more(first, '}')
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		k, err := p.sc.key(p.scratch[:0])
+		if err != nil {
+			return err
+		}
+		switch string(k) {
+		case "role":
+			if c, err := p.sc.next(); err != nil {
+				return err
+			} else if c != '"' {
+				return badf("messages[%d].role must be a string", p.messages)
+			}
+			if err := p.sc.str(p.h.write); err != nil {
+				return err
+			}
+			p.h.write(sepRole)
+		case "content":
+			err = p.readContent()
+		default:
+			err = p.sc.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	p.h.write(sepMessage)
+	return nil
+}
+
+// readContent accepts a string, null, or an array of parts whose text parts are hashed.
+func (p *parser) readContent() error {
+	c, err := p.sc.next()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '"':
+		return p.sc.str(p.h.write)
+	case 'n':
+		lit, err := p.sc.literal()
+		if err == nil && lit != "null" {
+			return badf("messages[%d].content must be a string or an array of parts", p.messages)
+		}
+		return err
+	case '[':
+	default:
+		return badf("messages[%d].content must be a string or an array of parts", p.messages)
+	}
+	if err := p.sc.open('['); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		ok, err := p.sc.more(first, ']')
+		if err != nil || !ok {
+			return err
+		}
+		if c, err := p.sc.next(); err != nil {
+			return err
+		} else if c != '{' {
+			return badf("messages[%d].content parts must be objects", p.messages)
+		}
+		if err := p.sc.open('{'); err != nil {
+			return err
+		}
+		for pfirst := true; ; pfirst = false {
+			ok, err := p.sc.more(pfirst, '}')
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			k, err := p.sc.key(p.scratch[:0])
+			if err != nil {
+				return err
+			}
+			if string(k) != "text" {
+				if err := p.sc.skip(); err != nil {
+					return err
+				}
+				continue
+			}
+			if c, err := p.sc.next(); err != nil {
+				return err
+			} else if c != '"' {
+				return badf("messages[%d].content[].text must be a string", p.messages)
+			}
+			if err := p.sc.str(p.h.write); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readPrompt accepts a string, an array of strings (the first is hashed: a batch shares no
+// single prefix), or an array of token ids.
+func (p *parser) readPrompt() error {
+	const shape = "'prompt' must be a string, an array of strings or an array of token ids"
+	c, err := p.sc.next()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '"':
+		return p.sc.str(p.h.write)
+	case '[':
+	default:
+		return badf(shape)
+	}
+	if err := p.sc.open('['); err != nil {
+		return err
+	}
+	var tok [8]byte
+	for first, i := true, 0; ; first, i = false, i+1 {
+		ok, err := p.sc.more(first, ']')
+		if err != nil || !ok {
+			return err
+		}
+		c, err := p.sc.next()
+		if err != nil {
+			return err
+		}
+		switch {
+		case c == '"':
+			sink := p.h.write
+			if i > 0 {
+				sink = nil
+			}
+			if err := p.sc.str(sink); err != nil {
+				return err
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			num, err := p.sc.number()
+			if err != nil {
+				return err
+			}
+			n, ok := parseInt(num)
+			if !ok {
+				return badf("'prompt' token ids must be integers")
+			}
+			binary.LittleEndian.PutUint64(tok[:], uint64(n))
+			p.h.write(tok[:])
+		default:
+			return badf(shape)
+		}
+	}
+}
+
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
