@@ -204,8 +204,8 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 		var r Request
 		err := Parse(ChatCompletions, body, true, opt, &r)
 		var doc struct {
-			Model    json.RawMessage `json:"model"`
-			Stream   json.RawMessage `json:"stream"`
+			Model    json.RawMessage   `json:"model"`
+			Stream   json.RawMessage   `json:"stream"`
 			Messages []json.RawMessage `json:"messages"`
 		}
 		var generic any
