@@ -1,139 +1,180 @@
-// Command demo runs the whole meridian system on this machine: the control server, two
-// data-plane nodes (Envoy + sidecar each) and mock engines in two regions, then sends
-// traffic through both Envoys and prints where it went.
+// Command demo runs the whole meridian system on this machine and plays a scripted story
+// through it: the control server, two data-plane clusters (Envoy + sidecar each) and six
+// mock engines in two regions, with inter-region latency, driven by the SSE load
+// generator. It shows a live one-screen summary and ends with a report of what the system
+// did, read from the system itself (the control server's /debug/state, Envoy's stats and
+// the answers the clients got), never assumed.
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/envoy/stack"
 )
 
-func main() {
+type options struct {
+	duration   time.Duration
+	scale      float64
+	dir        string
+	fleet      string
+	reportJSON string
+	live       string // auto, on, off
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	duration := fs.Duration("duration", 20*time.Second, "how long to send traffic")
-	rate := fs.Float64("rate", 20, "requests per second per region")
-	dir := fs.String("dir", "", "directory for logs and generated config (default: a new temp dir)")
+	fs.SetOutput(stderr)
+	var o options
+	fs.DurationVar(&o.duration, "duration", 60*time.Second, "how long traffic runs (the story's five phases share it; at least 5s)")
+	fs.Float64Var(&o.scale, "scale", 1, "multiplies every request rate (lower it on a slow machine)")
+	fs.StringVar(&o.dir, "dir", "", "directory for logs and generated config (default: a new temp dir)")
+	fs.StringVar(&o.fleet, "fleet", "", "the demo's fleet file (default: examples/demo/fleet.yaml in this repository)")
+	fs.StringVar(&o.reportJSON, "report-json", "", "also write the report as JSON to this file")
+	fs.StringVar(&o.live, "live", "auto", "live screen: on, off (a progress line every 5 s) or auto (on when stdout is a terminal)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: demo [flags]\n\nRuns meridian end to end on 127.0.0.1 and prints a report.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: demo [flags]\n\nRuns meridian end to end on 127.0.0.1, plays a load story through it and prints a report.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.live != "auto" && o.live != "on" && o.live != "off" {
+		return o, fmt.Errorf("--live %q: want auto, on or off", o.live)
+	}
+	return o, nil
+}
+
+// errInterrupted means the run was stopped by a signal; the report was still printed.
+var errInterrupted = errors.New("interrupted")
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dir, *duration, *rate); err != nil {
+	err = run(ctx, o, os.Stdout)
+	switch {
+	case errors.Is(err, errInterrupted):
+		os.Exit(130)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dir string, duration time.Duration, rate float64) error {
-	if dir == "" {
-		d, err := os.MkdirTemp("", "meridian-demo-")
-		if err != nil {
-			return err
-		}
-		dir = d
-	}
-	fmt.Printf("demo: building binaries; logs and config in %s\n", dir)
-	bins, err := stack.Build(dir)
+func run(ctx context.Context, o options, out io.Writer) error {
+	root, err := stack.RepoRoot()
 	if err != nil {
 		return err
 	}
-	spec := stack.Spec{Dir: dir, Bins: bins, Nodes: []stack.NodeSpec{{Name: "region-a", Region: "a"}, {Name: "region-b", Region: "b"}}}
-	for _, r := range []string{"a", "b"} {
-		for i := 0; i < 3; i++ {
-			spec.Engines = append(spec.Engines, stack.EngineSpec{Name: fmt.Sprintf("%s-%d", r, i), Region: r, Models: []string{"meridian-demo"}})
+	if o.fleet == "" {
+		o.fleet = filepath.Join(root, "examples", "demo", "fleet.yaml")
+	}
+	topo, err := loadTopology(o.fleet)
+	if err != nil {
+		return err
+	}
+	p, err := newPlan(topo, o.duration, o.scale)
+	if err != nil {
+		return err
+	}
+	if o.dir == "" {
+		if o.dir, err = os.MkdirTemp("", "meridian-demo-"); err != nil {
+			return err
 		}
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	s, err := stack.Start(startCtx, spec)
+	fmt.Fprintf(out, "demo: building binaries; logs and generated config go to %s\n", o.dir)
+	bins, err := stack.Build(o.dir)
+	if err != nil {
+		return err
+	}
+	network := describeNetwork(ctx, topo)
+	fmt.Fprintf(out, "demo: network: %s\n", network)
+	s, delay, err := startSystem(ctx, topo, o.dir, bins)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	fmt.Printf("demo: control server %s; Envoys region-a %s, region-b %s\n", s.ControlHTTP, s.Nodes["region-a"].URL, s.Nodes["region-b"].URL)
-
-	var mu sync.Mutex
-	served := map[string]map[string]int{}
-	statuses := map[int]int{}
-	var wg sync.WaitGroup
-	runCtx, cancelRun := context.WithTimeout(ctx, duration)
-	defer cancelRun()
-	for _, node := range []string{"region-a", "region-b"} {
-		served[node] = map[string]int{}
-		wg.Add(1)
-		go func(node string) {
-			defer wg.Done()
-			tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-tick.C:
-				}
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					status, engine := send(ctx, s.Nodes[node].URL, i)
-					mu.Lock()
-					statuses[status]++
-					served[node][engine]++
-					mu.Unlock()
-				}(i)
-			}
-		}(node)
+	defer delay.Close()
+	fmt.Fprintf(out, "demo: dashboard %s/dashboard/  state %s/debug/state\n", s.ControlHTTP, s.ControlHTTP)
+	for _, n := range topo.nodeNames() {
+		fmt.Fprintf(out, "demo: %s: Envoy %s (admin %s)\n", n, s.Nodes[n].URL, s.Nodes[n].AdminURL)
 	}
-	wg.Wait()
-	fmt.Println("\ndemo: requests per engine, by entry region")
-	for _, node := range []string{"region-a", "region-b"} {
-		names := make([]string, 0, len(served[node]))
-		for e := range served[node] {
-			names = append(names, e)
-		}
-		sort.Strings(names)
-		fmt.Printf("  %-9s", node)
-		for _, e := range names {
-			fmt.Printf("  %s=%d", e, served[node][e])
-		}
-		fmt.Println()
+	r, err := play(ctx, p, s, network, o.live == "on" || (o.live == "auto" && isTerminal(out)), out)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("demo: statuses %v\n", statuses)
+	r.print(out, topo)
+	if o.reportJSON != "" {
+		if err := writeJSON(o.reportJSON, r); err != nil {
+			return err
+		}
+	}
+	if r.Interrupted {
+		return errInterrupted
+	}
 	return nil
 }
 
-func send(ctx context.Context, url string, i int) (int, string) {
-	body, _ := json.Marshal(map[string]any{"model": "meridian-demo", "stream": true, "max_tokens": 8,
-		"messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("conversation %d: tell me a story", i%50)}}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+// startSystem starts every process and puts the engines behind their delaying fronts.
+func startSystem(ctx context.Context, topo *topology, dir string, bins stack.Binaries) (*stack.Stack, *stack.RegionDelay, error) {
+	spec := topo.spec(dir, bins)
+	// The demo's load generator is the trusted gateway that sets x-meridian-priority.
+	spec.Bootstrap = func(p *bootstrap.Params) { p.TrustPriorityHeader = true }
+	startCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	s, err := stack.Start(startCtx, spec)
 	if err != nil {
-		return 0, ""
+		return nil, nil, fmt.Errorf("start the system (logs in %s): %w", dir, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	delay, err := s.DelayByRegion(startCtx, topo.rttFunc())
 	if err != nil {
-		return 0, "error"
+		s.Close()
+		return nil, nil, fmt.Errorf("engine delay fronts: %w", err)
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("x-served-by")
+	return s, delay, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
