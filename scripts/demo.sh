@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Sets up what meridian needs, then runs the whole system on this machine and prints a report.
-# DURATION (default 20s) bounds how long traffic runs.
+# Sets up what meridian needs, then runs the whole system on this machine, plays the demo's
+# story through it (examples/demo) and prints a report.
+#   DURATION  how long traffic runs (default 60s); the run needs no input and exits 0
+#   SCALE     multiplies every request rate (default 1; lower it on a slow machine)
+# Ctrl-C stops every process the demo started and still prints the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec go run ./examples/demo --duration "${DURATION:-20s}"
+mkdir -p bin
+go build -o bin/meridian-demo ./examples/demo
+exec bin/meridian-demo --duration "${DURATION:-60s}" --scale "${SCALE:-1}"
