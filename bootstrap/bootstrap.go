@@ -30,6 +30,9 @@ type Params struct {
 	// status, timings). Envoy flushes it every 10 s unless started with
 	// --file-flush-interval-msec.
 	AccessLogPath string
+	// WithoutSidecar leaves out the ext_proc filter and the outcome log: plain Envoy
+	// balancing over the same EDS weights. It exists to measure the sidecar's overhead.
+	WithoutSidecar bool
 	// TrustPriorityHeader keeps a client's x-meridian-priority. Set it only when a trusted
 	// gateway in front of Envoy sets or strips that header itself.
 	TrustPriorityHeader bool

@@ -44,12 +44,16 @@ func TestEnvoyValidates(t *testing.T) {
 		p.NodeID = "region-a"
 		p.MessageTimeout = 150 * time.Millisecond
 		p.TrustPriorityHeader = trust
+		p.WithoutSidecar = trust // exercise both shapes of the filter chain
 		var buf bytes.Buffer
 		if err := bootstrap.Render(&buf, p); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(buf.String(), "remove: x-meridian-priority"); got == trust {
 			t.Errorf("trust=%v: priority header stripped=%v", trust, got)
+		}
+		if got := strings.Contains(buf.String(), "envoy.filters.http.ext_proc"); got == p.WithoutSidecar {
+			t.Errorf("without sidecar=%v: ext_proc present=%v", p.WithoutSidecar, got)
 		}
 		path := filepath.Join(t.TempDir(), "envoy.yaml")
 		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {

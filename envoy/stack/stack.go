@@ -21,6 +21,8 @@ import (
 // NodeSpec is one data-plane node: an Envoy and its sidecar.
 type NodeSpec struct {
 	Name, Region string
+	// WithoutSidecar runs a plain Envoy (no ext_proc), for baselines.
+	WithoutSidecar bool
 }
 
 // EngineSpec is one mock engine.
@@ -174,6 +176,7 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		AccessLog: filepath.Join(s.spec.Dir, "access-"+n.Name+".jsonl")}
 	p := bootstrap.DefaultParams()
 	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = n.Name, listen, admin, s.ControlXDS, sidecar, node.AccessLog
+	p.WithoutSidecar = n.WithoutSidecar
 	if s.spec.Bootstrap != nil {
 		s.spec.Bootstrap(&p)
 	}
@@ -193,8 +196,10 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", s.ControlXDS}, s.spec.SidecarArgs...))
 	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",
 		"--concurrency", strconv.Itoa(s.spec.EnvoyConcurrency), "--log-level", "warn", "--file-flush-interval-msec", "50"})
-	if err := node.Sidecar.Start(); err != nil {
-		return nil, err
+	if !n.WithoutSidecar {
+		if err := node.Sidecar.Start(); err != nil {
+			return nil, err
+		}
 	}
 	if err := node.Envoy.Start(); err != nil {
 		return nil, err
