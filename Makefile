@@ -5,7 +5,15 @@ TOOLS := $(CURDIR)/.tools
 export MERIDIAN_ENVOY ?= $(TOOLS)/bin/envoy
 export PATH := $(TOOLS)/bin:$(PATH)
 
-.PHONY: all setup build test vet fmt proto demo bench sim clean
+.PHONY: all setup build test vet fmt proto demo bench sim clean fuzz
+
+# Each fuzz target runs this long in `make test`; longer runs: make fuzz FUZZTIME=5m
+FUZZTIME ?= 8s
+FUZZ_TARGETS := \
+	./extproc/request:FuzzParse \
+	./extproc/request:FuzzParseMatchesEncodingJSON \
+	./sim/trace:FuzzReadMooncake \
+	./sim/trace:FuzzReadAzure
 
 all: build
 
@@ -22,6 +30,15 @@ vet:
 
 test: setup vet
 	$(GO) test -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# Bounded fuzzing of the parsers that take untrusted input.
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 # Regenerates the committed Go code for proto/. Needs Debian's protobuf-compiler.
 proto:
