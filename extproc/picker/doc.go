@@ -22,8 +22,9 @@
 //
 // Bounded loads (Mirrokni, Thorup and Zadimoghaddam 2018, "Consistent Hashing with
 // Bounded Loads"): an endpoint whose in-flight count is not below (1+ε) × its weighted
-// share of total in-flight (counting the new request) is passed over for the next
-// endpoint in the key's order, so a hot key spills instead of melting one engine.
+// share of total in-flight (counting the new request), nor below Config.SpillFloor, is
+// passed over for the next endpoint in the key's order, so a hot key spills instead of
+// melting one engine.
 //
 // # Invariants
 //
