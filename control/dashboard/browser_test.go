@@ -78,8 +78,7 @@ func pageWeights(ctx context.Context) (map[string]map[string]uint32, error) {
 	return out, nil
 }
 
-// screenshot saves the page as a PNG test artifact in dir, and as docs/dashboard.png when
-// MERIDIAN_UPDATE_SCREENSHOT=1 (how the README's picture is refreshed).
+// screenshot saves the page as a PNG test artifact in dir.
 func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -94,9 +93,4 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
-	if os.Getenv("MERIDIAN_UPDATE_SCREENSHOT") == "1" {
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", name), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/meridian-router/meridian/control/dashboard"
 	"github.com/meridian-router/meridian/control/server"
+	"github.com/meridian-router/meridian/envoy/stack"
 )
 
 // TestDashboardShowsPublishedWeights runs a real control server and a real headless
@@ -187,39 +188,35 @@ func writeFleet(t *testing.T, path string, weights map[string]map[string]int) {
 	}
 }
 
-// startControl runs a control server in-process and returns its HTTP base URL.
+// startControl builds and runs the meridian-control binary and returns its HTTP base URL.
 func startControl(t *testing.T, fleetPath string) string {
 	t.Helper()
-	xdsAddr, httpAddr := freeAddr(t), freeAddr(t)
-	srv, err := server.New(server.Config{FleetPath: fleetPath, XDSListen: xdsAddr, HTTPListen: httpAddr,
-		PollInterval: 50 * time.Millisecond, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	root, err := stack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("control server: %v", err)
-		}
-	})
-	base := "http://" + httpAddr
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control server not healthy: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "meridian-control")
+	build := exec.Command("go", "build", "-o", bin, "./control/cmd/meridian-control")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	xdsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	p := &stack.Proc{Name: "control", Bin: bin, Log: filepath.Join(dir, "control.log"),
+		Args: []string{"--fleet", fleetPath, "--xds-listen", xdsAddr, "--http-listen", httpAddr, "--poll-interval", "50ms"}}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(2 * time.Second) })
+	base := "http://" + httpAddr
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := stack.WaitHTTP(ctx, base+"/healthz", http.StatusOK); err != nil {
+		log, _ := os.ReadFile(p.Log)
+		t.Fatalf("control server not healthy: %v\n%s", err, log)
+	}
+	return base
 }
 
 // publishedWeights reads /debug/state's weights for the fleet's one model.
@@ -252,11 +249,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -76,7 +76,10 @@ function render(st) {
   $('version').textContent = 'snapshot ' + (st.version || '–');
   $('updated').textContent = st.updated_at ? 'at ' + new Date(st.updated_at).toLocaleTimeString() : '';
   const sv = st.solver;
-  $('solver').textContent = sv ? `solver ${fmt(sv.solve_ms, 1)} ms, objective ${fmt(sv.objective, 2)}` : 'solver: not reported (static weights)';
+  $('solver').textContent = !sv ? 'solver: not reported (static weights)'
+    : `solver ${fmt(sv.solve_ms, 1)} ms, objective ${fmt(sv.objective, 2)}` +
+      (num(sv.mean_latency_ms) !== null ? `, mean latency ${fmt(sv.mean_latency_ms, 0)} ms` : '') +
+      (sv.error ? ` — last solve failed: ${sv.error} (weights are the last good ones)` : '');
   renderModelPicker(st.models || []);
   renderMatrix(st, m);
   renderNodes(st, m);
@@ -218,17 +221,20 @@ function renderCharts(st) {
 // lineChart draws series of [time, value|null] points; nulls break the line.
 function lineChart(svg, series, minMax = 0) {
   const W = svg.clientWidth || 400, H = svg.clientHeight || 130, L = 36, B = 16, T = 6, R = 6;
-  const now = Date.now(), t0 = now - HISTORY_MS;
+  // The x axis spans the history the page has (at least 30 s), up to HISTORY_MS.
+  const now = Date.now();
+  const span = Math.min(HISTORY_MS, Math.max(30000, now - (history.length ? history[0].t : now)));
+  const t0 = now - span;
   let vmax = minMax;
   for (const s of series) for (const [, v] of s.points) if (v !== null && v > vmax) vmax = v;
   const ns = 'http://www.w3.org/2000/svg';
   const mk = (tag, attrs) => { const e = document.createElementNS(ns, tag); for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); return e; };
-  const x = (t) => L + (W - L - R) * (t - t0) / HISTORY_MS;
+  const x = (t) => L + (W - L - R) * (t - t0) / span;
   const y = (v) => T + (H - T - B) * (1 - (vmax ? v / vmax : 0));
   const kids = [mk('line', { x1: L, y1: y(0), x2: W - R, y2: y(0), stroke: '#dde2ea' })];
   const top = mk('text', { x: 2, y: T + 8 }); top.textContent = vmax ? +vmax.toPrecision(3) : 'no data';
   const zero = mk('text', { x: 2, y: y(0) }); zero.textContent = '0';
-  const ago = mk('text', { x: L, y: H - 3 }); ago.textContent = '−' + Math.round(HISTORY_MS / 60000) + ' min';
+  const ago = mk('text', { x: L, y: H - 3 }); ago.textContent = span >= 120000 ? '−' + Math.round(span / 60000) + ' min' : '−' + Math.round(span / 1000) + ' s';
   const nowLabel = mk('text', { x: W - R - 18, y: H - 3 }); nowLabel.textContent = 'now';
   kids.push(top, zero, ago, nowLabel);
   for (const s of series) {
