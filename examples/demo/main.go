@@ -106,8 +106,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	network := describeNetwork(ctx, topo)
-	fmt.Fprintf(out, "demo: network: %s\n", network)
+	nw := describeNetwork(ctx, topo)
+	fmt.Fprintf(out, "demo: network: %s\n", nw.Detail)
 	s, delay, err := startSystem(ctx, topo, o.dir, bins)
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	for _, n := range topo.nodeNames() {
 		fmt.Fprintf(out, "demo: %s: Envoy %s (admin %s)\n", n, s.Nodes[n].URL, s.Nodes[n].AdminURL)
 	}
-	r, err := play(ctx, p, s, network, o.live == "on" || (o.live == "auto" && isTerminal(out)), out)
+	r, err := play(ctx, p, s, nw, o.live == "on" || (o.live == "auto" && isTerminal(out)), out)
 	if err != nil {
 		return err
 	}

@@ -43,18 +43,35 @@ func command(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
-// describeNetwork says how the demo makes inter-region latency, and why.
-func describeNetwork(ctx context.Context, topo *topology) string {
+// network says how the demo makes inter-region latency, and why: Short fits the live
+// screen, Detail goes to the start of the run and the report.
+type network struct {
+	Short, Detail string
+}
+
+func describeNetwork(ctx context.Context, topo *topology) network {
 	var rtts []string
-	for _, n := range topo.nodeNames() {
-		for _, r := range sortedKeys(topo.rtt[n]) {
-			rtts = append(rtts, fmt.Sprintf("%s->%s %gms", n, r, topo.rtt[n][r]))
+	lo, hi := 0.0, 0.0
+	for i, n := range topo.nodeNames() {
+		for j, r := range sortedKeys(topo.rtt[n]) {
+			v := topo.rtt[n][r]
+			rtts = append(rtts, fmt.Sprintf("%s->%s %gms", n, r, v))
+			if i+j == 0 || v < lo {
+				lo = v
+			}
+			hi = max(hi, v)
 		}
 	}
-	how := "engine-side delay: each engine holds a request for the fleet's rtt_ms between the region it entered and the engine's region (" +
-		strings.Join(rtts, ", ") + ")"
-	if err := probeNetem(ctx); err != nil {
-		return how + "; tc netem is not usable here: " + err.Error()
+	nw := network{
+		Short: fmt.Sprintf("engine-side delay of the fleet's rtt_ms (%g-%g ms)", lo, hi),
+		Detail: "engine-side delay: each engine holds a request for the fleet's rtt_ms between the region it entered and the engine's region (" +
+			strings.Join(rtts, ", ") + ")",
 	}
-	return how + "; tc netem works here, but every process shares 127.0.0.1 in one namespace, so the demo delays at the engines"
+	if err := probeNetem(ctx); err != nil {
+		nw.Short += "; tc netem not usable here"
+		nw.Detail += "; tc netem is not usable here: " + err.Error()
+		return nw
+	}
+	nw.Detail += "; tc netem works here, but every process shares 127.0.0.1 in one namespace, so the demo delays at the engines"
+	return nw
 }

@@ -15,7 +15,7 @@ const tick = 250 * time.Millisecond
 
 // play runs the story's traffic against s, applies each phase's fault, draws the live
 // screen, and returns the report once every request has finished.
-func play(ctx context.Context, p *plan, s *stack.Stack, network string, live bool, out io.Writer) (*report, error) {
+func play(ctx context.Context, p *plan, s *stack.Stack, nw network, live bool, out io.Writer) (*report, error) {
 	col := &collector{}
 	obs := newObserver(s)
 	tr, err := newTraffic(p, s, col.add)
@@ -23,7 +23,7 @@ func play(ctx context.Context, p *plan, s *stack.Stack, network string, live boo
 		return nil, err
 	}
 	obs.poll(ctx)
-	sc := &screen{w: out, tty: live, plan: p, network: network}
+	sc := &screen{w: out, tty: live, plan: p, network: nw.Short}
 	// Phase boundaries: the observation at each phase's start and end.
 	marks := []observation{obs.snapshot()}
 	done := make(chan error, 1)
@@ -66,7 +66,7 @@ func play(ctx context.Context, p *plan, s *stack.Stack, network string, live boo
 	if runErr != nil && ctx.Err() == nil {
 		return nil, runErr
 	}
-	return buildReport(ctx, p, col, marks, network, time.Since(tr.started)), nil
+	return buildReport(ctx, p, col, marks, nw.Detail, time.Since(tr.started)), nil
 }
 
 // director applies each phase's fault when the phase starts and clears it when it ends.
@@ -97,8 +97,8 @@ func (d director) leave(ctx context.Context, i int) {
 
 // buildReport assembles the phases that started; marks[i] and marks[i+1] are the
 // observations at phase i's start and end.
-func buildReport(ctx context.Context, p *plan, col *collector, marks []observation, network string, ran time.Duration) *report {
-	r := &report{DurationS: seconds(ran), Network: network, Interrupted: ctx.Err() != nil}
+func buildReport(ctx context.Context, p *plan, col *collector, marks []observation, nw string, ran time.Duration) *report {
+	r := &report{DurationS: seconds(ran), Network: nw, Interrupted: ctx.Err() != nil}
 	for i := 0; i+1 < len(marks) && i < len(story); i++ {
 		r.Phases = append(r.Phases, closePhase(p, i, col, marks[i+1], marks[i].Retries))
 	}

@@ -142,6 +142,9 @@ func weightShare(obs observation, topo *topology, node, engine string) string {
 	if total == 0 || w[engine] == 0 {
 		return "–"
 	}
+	if share := float64(w[engine]) / total; share < 0.1 {
+		return fmt.Sprintf("%.1f%%", 100*share)
+	}
 	return fmt.Sprintf("%.0f%%", 100*float64(w[engine])/total)
 }
 
