@@ -21,24 +21,21 @@ import (
 	"github.com/meridian-router/meridian/envoy/stack"
 )
 
-// demoBin is the demo command, built once by TestMain so the tests run it as `make demo`
-// does: a process with its own children, exit status and signals.
-var demoBin string
+// demoBin is the demo command and binDir the system's binaries, built once by TestMain so
+// the tests run the demo as `make demo` does: a process with its own children, exit
+// status and signals.
+var demoBin, binDir string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "demo-test-")
 	if err != nil {
 		panic(err)
 	}
-	demoBin = filepath.Join(dir, "demo")
-	root, err := stack.RepoRoot()
-	if err == nil {
-		cmd := exec.Command("go", "build", "-o", demoBin, "./examples/demo")
-		cmd.Dir = root
-		var out []byte
-		if out, err = cmd.CombinedOutput(); err != nil {
-			err = fmt.Errorf("go build: %w\n%s", err, out)
-		}
+	demoBin, binDir = filepath.Join(dir, "demo"), dir
+	// Without Envoy there is nothing to build for: each test's RequireEnvoy skips it, or
+	// fails it in CI.
+	if _, envoyErr := stack.EnvoyPath(); envoyErr == nil {
+		err = buildAll(dir)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -47,6 +44,22 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+func buildAll(dir string) error {
+	root, err := stack.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if _, err := stack.Build(dir); err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "demo"), "./examples/demo")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
 }
 
 // TestDemoRunsTheStory runs the demo for 12 s and checks that it exits 0 with a report
@@ -59,7 +72,7 @@ func TestDemoRunsTheStory(t *testing.T) {
 	jsonPath := filepath.Join(dir, "report.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, demoBin, "--duration", "12s", "--live", "off", "--dir", filepath.Join(dir, "run"), "--report-json", jsonPath)
+	cmd := exec.CommandContext(ctx, demoBin, "--bins", binDir, "--duration", "12s", "--live", "off", "--dir", filepath.Join(dir, "run"), "--report-json", jsonPath)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -131,7 +144,7 @@ func TestDemoInterruptStopsEverything(t *testing.T) {
 	stack.RequireEnvoy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, demoBin, "--duration", "60s", "--live", "off", "--dir", t.TempDir())
+	cmd := exec.CommandContext(ctx, demoBin, "--bins", binDir, "--duration", "60s", "--live", "off", "--dir", t.TempDir())
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

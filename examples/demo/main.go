@@ -31,6 +31,7 @@ type options struct {
 	fleet      string
 	reportJSON string
 	live       string // auto, on, off
+	bins       string // prebuilt binaries; empty: build them
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -42,6 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.dir, "dir", "", "directory for logs and generated config (default: a new temp dir)")
 	fs.StringVar(&o.fleet, "fleet", "", "the demo's fleet file (default: examples/demo/fleet.yaml in this repository)")
 	fs.StringVar(&o.reportJSON, "report-json", "", "also write the report as JSON to this file")
+	fs.StringVar(&o.bins, "bins", "", "directory with meridian-control, meridian-sidecar and mockvllm already built (default: build them into --dir)")
 	fs.StringVar(&o.live, "live", "auto", "live screen: on, off (a progress line every 5 s) or auto (on when stdout is a terminal)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: demo [flags]\n\nRuns meridian end to end on 127.0.0.1, plays a load story through it and prints a report.\n\nFlags:\n")
@@ -100,9 +102,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		if o.dir, err = os.MkdirTemp("", "meridian-demo-"); err != nil {
 			return err
 		}
+	} else if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "demo: building binaries; logs and generated config go to %s\n", o.dir)
-	bins, err := stack.Build(o.dir)
+	fmt.Fprintf(out, "demo: logs and generated config go to %s\n", o.dir)
+	bins, err := binaries(o)
 	if err != nil {
 		return err
 	}
@@ -151,6 +155,25 @@ func startSystem(ctx context.Context, topo *topology, dir string, bins stack.Bin
 		return nil, nil, fmt.Errorf("engine delay fronts: %w", err)
 	}
 	return s, delay, nil
+}
+
+// binaries builds the system's binaries into the run's directory, or takes prebuilt ones.
+func binaries(o options) (stack.Binaries, error) {
+	if o.bins == "" {
+		return stack.Build(o.dir)
+	}
+	envoy, err := stack.EnvoyPath()
+	if err != nil {
+		return stack.Binaries{}, err
+	}
+	b := stack.Binaries{Control: filepath.Join(o.bins, "meridian-control"), Sidecar: filepath.Join(o.bins, "meridian-sidecar"),
+		MockEngine: filepath.Join(o.bins, "mockvllm"), Envoy: envoy}
+	for _, p := range []string{b.Control, b.Sidecar, b.MockEngine} {
+		if _, err := os.Stat(p); err != nil {
+			return stack.Binaries{}, fmt.Errorf("--bins: %w", err)
+		}
+	}
+	return b, nil
 }
 
 func isTerminal(w io.Writer) bool {
