@@ -185,7 +185,8 @@ func (o *Optimizer) quantize(f *fleet.Fleet, sol *solver.Solution) map[string]ma
 			w := sol.Weights(c, m, o.cfg.WeightTotal)
 			ws := map[string]uint32{}
 			for e, v := range w {
-				if v > 0 {
+				// Engines that may serve the pair but get no share stay as failovers (0).
+				if v > 0 || eligible(f, sol.Engines[e], model) {
 					ws[sol.Engines[e]] = v
 				}
 			}
@@ -193,6 +194,11 @@ func (o *Optimizer) quantize(f *fleet.Fleet, sol *solver.Solution) map[string]ma
 		}
 	}
 	return out
+}
+
+func eligible(f *fleet.Fleet, engine, model string) bool {
+	e, ok := f.Engine(engine)
+	return ok && !e.Draining && e.Serves(model)
 }
 
 // movedMoreThan reports whether any engine's share of any (node, model) differs by more

@@ -101,7 +101,9 @@ func (s *Server) state() State {
 			w := map[string]uint32{}
 			if plan != nil {
 				for _, e := range plan.Assignments[c.Name][m] {
-					w[e.Engine] = e.Weight
+					if e.Priority == 0 {
+						w[e.Engine] = e.Weight
+					}
 				}
 			}
 			ns.Models[m] = NodeModelState{Weights: w, DemandRPS: in.Demand[c.Name][m], ShedFraction: shed[[2]string{c.Name, m}]}

@@ -18,18 +18,32 @@ type Plan struct {
 }
 
 // WeightFunc returns the EDS weights one node should use for one model, by engine name.
-// Engines that are absent or weighted 0 are left out of that node's assignment.
+// Engines absent from the map are left out of that node's assignment. Engines present
+// with weight 0 get no share of the traffic but stay in the assignment at failover
+// priority 1 (weight 1), so the sidecar can list them as retry targets.
 type WeightFunc func(node, model string) map[string]uint32
 
-// StaticWeights uses the fleet file's weights section, and for clusters without one, weights
-// proportional to capacity over every engine serving the model.
+// StaticWeights uses the fleet file's weights section (where 0 leaves an engine out), and
+// for clusters without one, weights proportional to capacity over every engine serving the
+// model.
 func StaticWeights(f *fleet.Fleet) WeightFunc {
 	return func(node, model string) map[string]uint32 {
 		if w, ok := f.Weights[node]; ok {
-			return w
+			return positive(w)
 		}
 		return CapacityWeights(f, model)
 	}
+}
+
+// positive drops the zero entries: in the fleet file, 0 means "leave out".
+func positive(w map[string]uint32) map[string]uint32 {
+	out := make(map[string]uint32, len(w))
+	for k, v := range w {
+		if v > 0 {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // CapacityWeights weights every engine serving model by its capacity, scaled so the largest
@@ -61,21 +75,40 @@ func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
 		for _, m := range p.Models {
 			w := weights(c.Name, m)
 			for _, e := range f.Engines {
-				if !e.Serves(m) || w[e.Name] == 0 {
+				weight, listed := w[e.Name]
+				if !e.Serves(m) || !listed {
 					continue
 				}
-				perModel[m] = append(perModel[m], resources.Endpoint{
-					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: w[e.Name], Draining: e.Draining, MaxInFlight: e.MaxInFlight,
-				})
+				ep := resources.Endpoint{
+					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: weight, Draining: e.Draining, MaxInFlight: e.MaxInFlight,
+				}
+				if weight == 0 {
+					ep.Weight, ep.Priority = 1, 1
+				}
+				perModel[m] = append(perModel[m], ep)
 			}
 			for name := range w {
 				if _, ok := f.Engine(name); !ok {
 					return nil, fmt.Errorf("weights for node %s, model %s: unknown engine %q", c.Name, m, name)
 				}
 			}
+			promoteIfNoShare(perModel[m])
 			sort.Slice(perModel[m], func(i, j int) bool { return perModel[m][i].Engine < perModel[m][j].Engine })
 		}
 		p.Assignments[c.Name] = perModel
 	}
 	return p, nil
+}
+
+// promoteIfNoShare puts failover engines back at priority 0 (weight 1 each) when no engine
+// has a share: an assignment must carry its traffic somewhere, and evenly is the least wrong.
+func promoteIfNoShare(eps []resources.Endpoint) {
+	for _, e := range eps {
+		if e.Priority == 0 {
+			return
+		}
+	}
+	for i := range eps {
+		eps[i].Priority = 0
+	}
 }

@@ -146,3 +146,37 @@ func TestVersionsDifferAcrossInstances(t *testing.T) {
 		t.Fatalf("two server instances both published version %s: a reconnecting Envoy would miss the restart's snapshot", p1.Version())
 	}
 }
+
+func TestZeroWeightEnginesBecomeFailovers(t *testing.T) {
+	f := mustFleet(t)
+	plan, err := BuildPlan(f, func(node, model string) map[string]uint32 {
+		return map[string]uint32{"a-0": 5, "a-1": 0} // a-1: no share, failover only
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := plan.Assignments["region-a"]["llama"]
+	if len(eps) != 2 || eps[0].Priority != 0 || eps[1].Engine != "a-1" || eps[1].Priority != 1 || eps[1].Weight != 1 {
+		t.Fatalf("assignment %+v: want a-0 at priority 0 and a-1 as a weight-1 failover at priority 1", eps)
+	}
+	pub := NewPublisher(testLogger(t), resources.DefaultClusterOptions(), resources.DefaultRouteOptions())
+	if _, err := pub.Publish(context.Background(), plan); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := pub.Cache().GetSnapshot("region-a")
+	cla := snap.GetResources(resourcev3.EndpointType)[resources.ClusterName("llama")].(*endpointv3.ClusterLoadAssignment)
+	if len(cla.GetEndpoints()) != 2 || cla.GetEndpoints()[1].GetPriority() != 1 {
+		t.Fatalf("EDS localities %v: want priorities 0 and 1", cla.GetEndpoints())
+	}
+	back, err := resources.EndpointsOf(cla)
+	if err != nil || len(back) != 2 || back[1].Priority != 1 {
+		t.Fatalf("decoded %+v, %v", back, err)
+	}
+	// The fleet file's own 0 still means "leave out".
+	static, _ := BuildPlan(f, StaticWeights(f))
+	for _, e := range static.Assignments["region-a"]["llama"] {
+		if e.Engine == "b-0" {
+			t.Fatal("a static weight of 0 kept the engine")
+		}
+	}
+}

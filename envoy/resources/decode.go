@@ -42,6 +42,7 @@ func EndpointsOf(cla *endpointv3.ClusterLoadAssignment) ([]Endpoint, error) {
 				Weight:      w,
 				Draining:    lb.GetHealthStatus() == corev3.HealthStatus_DRAINING,
 				MaxInFlight: int(md["max_in_flight"].GetNumberValue()),
+				Priority:    loc.GetPriority(),
 			})
 		}
 	}

@@ -55,6 +55,9 @@ type Endpoint struct {
 	Draining bool
 	// MaxInFlight is the sidecar's hard cap on requests in flight to the engine (0: none).
 	MaxInFlight int
+	// Priority 0 carries the node's traffic by weight; priority 1 holds failover engines
+	// that get no share but may be retried.
+	Priority uint32
 }
 
 // ClusterOptions shape a model cluster.
@@ -125,7 +128,7 @@ func Cluster(model string, opts ClusterOptions) (*clusterv3.Cluster, error) {
 // LoadAssignment builds the EDS resource for one model cluster as one node sees it.
 // It refuses endpoints that Envoy would reject, so a bad assignment never reaches a cache.
 func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoadAssignment, error) {
-	lbs := make([]*endpointv3.LbEndpoint, 0, len(eps))
+	byPriority := map[uint32][]*endpointv3.LbEndpoint{}
 	for _, ep := range eps {
 		if ep.Weight < 1 {
 			return nil, fmt.Errorf("cluster %s: engine %s: weight 0 is rejected by Envoy; leave the engine out instead", clusterName, ep.Engine)
@@ -142,7 +145,7 @@ func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoad
 		if ep.Draining {
 			health = corev3.HealthStatus_DRAINING
 		}
-		lbs = append(lbs, &endpointv3.LbEndpoint{
+		byPriority[ep.Priority] = append(byPriority[ep.Priority], &endpointv3.LbEndpoint{
 			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 					Address:       ap.Addr().String(),
@@ -154,10 +157,23 @@ func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoad
 			Metadata:            &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceEngine: md}},
 		})
 	}
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: clusterName,
-		Endpoints:   []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}},
-	}, nil
+	if len(byPriority[0]) == 0 && len(byPriority) > 0 {
+		return nil, fmt.Errorf("cluster %s: failover engines but none at priority 0", clusterName)
+	}
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: clusterName}
+	for p := uint32(0); len(cla.Endpoints) < len(byPriority); p++ {
+		if lbs, ok := byPriority[p]; ok {
+			// Envoy requires priorities to be contiguous from 0.
+			if int(p) != len(cla.Endpoints) {
+				return nil, fmt.Errorf("cluster %s: endpoint priorities skip %d", clusterName, len(cla.Endpoints))
+			}
+			cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{Priority: p, LbEndpoints: lbs})
+		}
+	}
+	if len(cla.Endpoints) == 0 {
+		cla.Endpoints = []*endpointv3.LocalityLbEndpoints{{}}
+	}
+	return cla, nil
 }
 
 // RouteOptions shape the route table.

@@ -287,7 +287,7 @@ func (s *Stack) WriteFleet(weights map[string]map[string]uint32) error {
 }
 
 // EnvoyWeights reads a node's Envoy admin /clusters: for each model cluster, the weight of
-// each host address.
+// each priority-0 host address (failover hosts at priority 1 carry no share).
 func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[string]uint32, error) {
 	var doc struct {
 		ClusterStatuses []struct {
@@ -299,7 +299,8 @@ func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[s
 						PortValue int    `json:"port_value"`
 					} `json:"socket_address"`
 				} `json:"address"`
-				Weight uint32 `json:"weight"`
+				Weight   uint32 `json:"weight"`
+				Priority uint32 `json:"priority"`
 			} `json:"host_statuses"`
 		} `json:"cluster_statuses"`
 	}
@@ -313,6 +314,9 @@ func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[s
 		}
 		hosts := map[string]uint32{}
 		for _, h := range c.HostStatuses {
+			if h.Priority > 0 {
+				continue // failover engines carry no share
+			}
 			hosts[h.Address.SocketAddress.Address+":"+strconv.Itoa(h.Address.SocketAddress.PortValue)] = h.Weight
 		}
 		out[c.Name] = hosts

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/meridian-router/meridian/control/xds"
 	"github.com/meridian-router/meridian/envoy/resources"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
@@ -150,4 +152,28 @@ func value(m *dto.Metric) float64 {
 		return g.GetValue()
 	}
 	return m.GetCounter().GetValue()
+}
+
+// Engines at EDS priority 1 get no share but follow the weighted ones in the endpoint list,
+// so Envoy's retries have somewhere to go.
+func TestFailoverEnginesFollowInTheList(t *testing.T) {
+	h := newHarness(t)
+	plan, err := xds.BuildPlan(h.fleet, func(node, model string) map[string]uint32 {
+		return map[string]uint32{"a-0": 10, "a-1": 0, "a-2": 0}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pub.Publish(context.Background(), plan); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		d := header(h.exchange(t, "/v1/chat/completions", chatBody("llama", "fail over")), resources.HeaderDestination)
+		if strings.HasPrefix(d, "127.0.0.1:8001,") && strings.Count(d, ",") == 2 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the destination never became the weighted engine followed by both failovers")
 }

@@ -21,6 +21,9 @@ type modelRoute struct {
 	name    string
 	cluster string
 	table   *picker.Table
+	// failover are engines the node gives no share but may retry (EDS priority >= 1),
+	// appended to the endpoint list when the table yields fewer than wanted.
+	failover []string
 }
 
 // newRouting builds the picker tables. Draining endpoints are left out: override_host
@@ -32,9 +35,14 @@ func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, load
 	}
 	for name, m := range v.Models {
 		eps := make([]picker.Endpoint, 0, len(m.Endpoints))
+		var failover []string
 		for _, e := range m.Endpoints {
 			r.engines[e.Address] = e.Engine
 			if e.Draining || e.Weight == 0 {
+				continue
+			}
+			if e.Priority > 0 {
+				failover = append(failover, e.Address)
 				continue
 			}
 			eps = append(eps, picker.Endpoint{
@@ -48,7 +56,7 @@ func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, load
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", name, err)
 		}
-		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t}
+		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t, failover: failover}
 	}
 	return r, nil
 }

@@ -284,7 +284,11 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 	s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now()})
 
 	var destBuf [256]byte
-	dest := string(m.table.AppendAddrs(destBuf[:0], res.Order))
+	destBytes := m.table.AppendAddrs(destBuf[:0], res.Order)
+	for i := 0; i < len(m.failover) && len(res.Order)+i < 1+s.cfg.Picker.Fallbacks; i++ {
+		destBytes = append(append(destBytes, ','), m.failover[i]...)
+	}
+	dest := string(destBytes)
 	set := []*corev3.HeaderValueOption{
 		setHeader(resources.HeaderDestination, dest),
 		setHeader(resources.HeaderCluster, m.cluster),
