@@ -1,9 +1,3 @@
-// Command demo runs the whole meridian system on this machine and plays a scripted story
-// through it: the control server, two data-plane clusters (Envoy + sidecar each) and six
-// mock engines in two regions, with inter-region latency, driven by the SSE load
-// generator. It shows a live one-screen summary and ends with a report of what the system
-// did, read from the system itself (the control server's /debug/state, Envoy's stats and
-// the answers the clients got), never assumed.
 package main
 
 import (

@@ -112,28 +112,6 @@ func (o *observer) envoyRetries(ctx context.Context, admin string) (retryStats, 
 	return r, nil
 }
 
-// setSlowdown sets an engine's latency multiplier through the mock's /admin/faults.
-func setSlowdown(ctx context.Context, s *stack.Stack, engine string, factor float64) error {
-	e, ok := s.Engines[engine]
-	if !ok {
-		return fmt.Errorf("no engine %q", engine)
-	}
-	body := strings.NewReader(fmt.Sprintf(`{"latency_multiplier": %g}`, factor))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Address+"/admin/faults", body)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("set faults on %s: %w", engine, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("set faults on %s: status %d", engine, resp.StatusCode)
-	}
-	return nil
-}
-
 func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

@@ -78,7 +78,7 @@ type director struct {
 
 func (d director) enter(ctx context.Context, i int) {
 	if f := story[i].slowFactor; f > 0 {
-		if err := setSlowdown(ctx, d.s, d.p.slow, f); err != nil {
+		if err := d.s.SetFaults(ctx, d.p.slow, stack.EngineFaults{LatencyMultiplier: f}); err != nil {
 			fmt.Fprintf(d.out, "demo: %v\n", err)
 		}
 	}
@@ -89,7 +89,7 @@ func (d director) leave(ctx context.Context, i int) {
 		// A fresh context: the fault must be cleared even when the run was interrupted.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if err := setSlowdown(cctx, d.s, d.p.slow, 1); err != nil {
+		if err := d.s.SetFaults(cctx, d.p.slow, stack.NoFaults()); err != nil {
 			fmt.Fprintf(d.out, "demo: %v\n", err)
 		}
 	}
