@@ -13,54 +13,219 @@ type piece struct {
 }
 
 // piecesAround splits the convex function given by consecutive segments from
-// 0 (the last may be infinitely wide) into columns around ref. Going down
-// through a segment saves its slope; going up costs it. Because slopes rise,
-// an LP that minimizes cost walks the pieces in order from ref outwards.
-func piecesAround(segs []segment, ref float64, out []piece) []piece {
-	out = out[:0]
+// 0 (the last may be infinitely wide) into columns around ref, appending to
+// down and up in order of distance from ref. Going down through a segment
+// saves its slope; going up costs it. Because slopes rise, an LP that
+// minimizes cost walks the pieces in order from ref outwards, so any prefix
+// of each list is an exact restriction of the function's domain.
+func piecesAround(segs []segment, ref float64, down, up []piece) ([]piece, []piece) {
+	down, up = down[:0], up[:0]
 	a := 0.0
 	for _, s := range segs {
 		b := a + s.width
-		if w := math.Min(b, ref) - a; w > 0 {
-			out = append(out, piece{w, -s.slope, -1})
+		// Slivers left by rounding (a reference a few ulps off a breakpoint)
+		// would be columns the LP cannot use; leave them out.
+		sliver := 1e-9 * (1 + math.Abs(ref))
+		if w := math.Min(b, ref) - a; w > sliver {
+			down = append(down, piece{w, -s.slope, -1})
 		}
-		if w := b - math.Max(a, ref); w > 0 {
-			out = append(out, piece{w, s.slope, +1})
+		if w := b - math.Max(a, ref); w > sliver {
+			up = append(up, piece{w, s.slope, +1})
 		}
 		a = b
+	}
+	slices.Reverse(down)
+	return down, up
+}
+
+// mergeSegs returns the segments of the sum of two convex piecewise-linear
+// functions given from 0; the sum's domain ends where the shorter one ends.
+func mergeSegs(a, b []segment, out []segment) []segment {
+	out = out[:0]
+	i, j := 0, 0
+	ra, rb := 0.0, 0.0 // width left in a[i], b[j]
+	if len(a) > 0 {
+		ra = a[0].width
+	}
+	if len(b) > 0 {
+		rb = b[0].width
+	}
+	for i < len(a) && j < len(b) {
+		w := math.Min(ra, rb)
+		if w > 0 {
+			out = append(out, segment{w, a[i].slope + b[j].slope})
+		}
+		if ra -= w; ra <= 0 {
+			if i++; i < len(a) {
+				ra = a[i].width
+			}
+		}
+		if rb -= w; rb <= 0 {
+			if j++; j < len(b) {
+				rb = b[j].width
+			}
+		}
 	}
 	return out
 }
 
-// routeSegs is a route's cost as a function of its flow x: RTT·x + μ|x − prev|.
-func (cs *compSolver) routeSegs(rt *route) []segment {
-	inf := math.Inf(1)
-	cs.fsegs = cs.fsegs[:0]
-	if rt.prev > 0 {
-		cs.fsegs = append(cs.fsegs, segment{rt.prev, rt.rtt - cs.mu})
-	}
-	cs.fsegs = append(cs.fsegs, segment{inf, rt.rtt + cs.mu})
-	return cs.fsegs
+// group is one quantity's columns in the LP: the pieces of its convex cost
+// walked from the reference, touching rowA (and rowB) with coefA (coefB) for
+// an up move and the negated coefficients for a down move.
+type group struct {
+	kind         colKind
+	idx          int // route index (routeCol, soleCol), local engine (loadCol), demand row (shedCol)
+	rowA, rowB   int // rowB is −1 when unused
+	coefA, coefB float64
+	down, up     []piece
+	ref          float64
+	nDown, nUp   int   // how many pieces per side are in the LP
+	span         *span // nil when every piece is in the LP
 }
 
-// build writes the LP for the active routes around the reference point.
-func (cs *compSolver) build() {
-	nr := len(cs.rows)
-	for le := range cs.engRow {
-		cs.engRow[le] = -1
-	}
-	for i := range cs.routes {
-		cs.engRow[cs.routes[i].le] = 0
-	}
-	rows := nr
-	for le := range cs.engRow {
-		if cs.engRow[le] == 0 {
-			cs.engRow[le] = rows
-			rows++
+// span is the part of a lazily built quantity's domain whose pieces are in
+// the LP, as absolute bounds [lo, hi] that only ever widen. Keeping bounds
+// rather than piece counts lets the reference move between rounds without
+// forgetting pieces, which could otherwise cycle.
+type span struct {
+	lo, hi float64
+	set    bool
+}
+
+// apply sets g's piece counts from the span, initializing the span to the
+// pieces next to the reference (lazy) or to everything.
+func (s *span) apply(g *group, ref float64, lazy bool) {
+	if !s.set {
+		s.set = true
+		s.lo, s.hi = math.Inf(-1), math.Inf(1)
+		if lazy {
+			s.lo, s.hi = ref-reach(g.down, 1), ref+reach(g.up, 1)
 		}
 	}
+	g.ref = ref
+	g.nDown = countWithin(g.down, ref-s.lo)
+	g.nUp = countWithin(g.up, s.hi-ref)
+}
+
+// reach is the distance from the reference covered by the first n pieces.
+func reach(ps []piece, n int) float64 {
+	d := 0.0
+	for _, pc := range ps[:min(n, len(ps))] {
+		d += pc.width
+	}
+	return d
+}
+
+// countWithin is how many leading pieces fit in distance d from the
+// reference, up to rounding.
+func countWithin(ps []piece, d float64) int {
+	r := 0.0
+	for i, pc := range ps {
+		r += pc.width
+		if r > d+1e-9*(1+r) {
+			return i
+		}
+	}
+	return len(ps)
+}
+
+// widen extends the span over g's next piece on one side.
+func (s *span) widen(g *group, down bool) {
+	if down {
+		s.lo = math.Min(s.lo, g.ref-reach(g.down, g.nDown+1))
+	} else {
+		s.hi = math.Max(s.hi, g.ref+reach(g.up, g.nUp+1))
+	}
+}
+
+// rowDot is Σ coef·dual over the group's rows for an up move.
+func (g *group) rowDot(dual []float64) float64 {
+	d := g.coefA * dual[g.rowA]
+	if g.rowB >= 0 {
+		d += g.coefB * dual[g.rowB]
+	}
+	return d
+}
+
+// routeSegs is a route's cost as a function of its flow x: RTT·x + μ|x − prev|.
+func (cs *compSolver) routeSegs(rt *route, out []segment) []segment {
+	out = out[:0]
+	if rt.prev > 0 {
+		out = append(out, segment{rt.prev, rt.rtt - cs.mu})
+	}
+	return append(out, segment{math.Inf(1), rt.rtt + cs.mu})
+}
+
+// engineModes gives each engine a load row if two or more routes reach it.
+// An engine with a single route needs no row: its load is that route's flow,
+// so the engine's cost joins the route's columns (a soleCol group). In a
+// basic optimum the routes form a forest, so most engines have one route
+// and the LP keeps few rows: the simplex needs at least one pivot per row,
+// and rows are what it spends its time on.
+func (cs *compSolver) engineModes() {
+	clear(cs.nRoutes)
+	for i := range cs.routes {
+		cs.nRoutes[cs.routes[i].le]++
+	}
+	next := len(cs.rows)
+	for le, n := range cs.nRoutes {
+		cs.engRow[le] = -1
+		if n >= 2 {
+			cs.engRow[le] = next
+			next++
+		}
+	}
+	cs.nLPRows = next
+}
+
+// groups lists every quantity's columns for this round.
+func (cs *compSolver) makeGroups() {
+	cs.groups = cs.groups[:0]
+	lazy := cs.o.colgen && cs.o.lazyLoad
+	for i := range cs.routes {
+		rt := &cs.routes[i]
+		g := group{kind: routeCol, idx: i, rowA: rt.r, coefA: 1, rowB: cs.engRow[rt.le], coefB: 1}
+		segs := cs.routeSegs(rt, cs.scratchA)
+		if g.rowB < 0 {
+			g.kind = soleCol
+			segs = mergeSegs(segs, cs.ix.segs[cs.engines[rt.le]], cs.scratchB)
+		}
+		g.down, g.up = piecesAround(segs, rt.x0, nil, nil)
+		g.nDown, g.nUp = len(g.down), len(g.up)
+		if g.kind == soleCol && lazy {
+			g.span = &cs.soleSpan[rt.le]
+			g.span.apply(&g, rt.x0, true)
+		}
+		cs.groups = append(cs.groups, g)
+	}
+	for le, er := range cs.engRow {
+		if er < 0 {
+			continue
+		}
+		g := group{kind: loadCol, idx: le, rowA: er, coefA: -1, rowB: -1}
+		g.down, g.up = piecesAround(cs.ix.segs[cs.engines[le]], cs.load0[le], nil, nil)
+		g.nDown, g.nUp = len(g.down), len(g.up)
+		if lazy {
+			g.span = &cs.loadSpan[le]
+			g.span.apply(&g, cs.load0[le], true)
+		}
+		cs.groups = append(cs.groups, g)
+	}
+	for r, row := range cs.rows {
+		g := group{kind: shedCol, idx: r, rowA: r, coefA: 1, rowB: -1}
+		g.down, g.up = piecesAround([]segment{{row.demand, cs.shedCost}}, cs.shed0[r], nil, nil)
+		g.nDown, g.nUp = len(g.down), len(g.up)
+		cs.groups = append(cs.groups, g)
+	}
+}
+
+// build writes this round's LP. Every row's right-hand side is the
+// reference's residual, zero when the reference is feasible.
+func (cs *compSolver) build() {
+	cs.engineModes()
+	cs.makeGroups()
 	b := &cs.b
-	b.reset(rows)
+	b.reset(cs.nLPRows)
 	cs.cols = cs.cols[:0]
 	rhs := b.rowLo
 	for r, row := range cs.rows {
@@ -73,59 +238,95 @@ func (cs *compSolver) build() {
 	}
 	for i := range cs.routes {
 		rt := &cs.routes[i]
-		er := cs.engRow[rt.le]
 		rhs[rt.r] -= rt.x0
-		rhs[er] -= rt.x0
-		cs.pieces = piecesAround(cs.routeSegs(rt), rt.x0, cs.pieces)
-		for _, pc := range cs.pieces {
-			d := float64(pc.dir)
-			b.col2(0, pc.width, pc.cost, rt.r, d, er, d)
-			cs.cols = append(cs.cols, colRef{routeCol, pc.dir, int32(i)})
+		if er := cs.engRow[rt.le]; er >= 0 {
+			rhs[er] -= rt.x0
 		}
 	}
-	for le, er := range cs.engRow {
-		if er < 0 {
-			continue
+	for gi := range cs.groups {
+		g := &cs.groups[gi]
+		for _, pc := range g.down[:g.nDown] {
+			cs.addPiece(g, pc)
 		}
-		cs.pieces = piecesAround(cs.ix.segs[cs.engines[le]], cs.load0[le], cs.pieces)
-		for _, pc := range cs.pieces {
-			b.col1(0, pc.width, pc.cost, er, -float64(pc.dir))
-			cs.cols = append(cs.cols, colRef{loadCol, pc.dir, int32(le)})
-		}
-	}
-	for r, row := range cs.rows {
-		cs.pieces = piecesAround([]segment{{row.demand, cs.shedCost}}, cs.shed0[r], cs.pieces)
-		for _, pc := range cs.pieces {
-			b.col1(0, pc.width, pc.cost, r, float64(pc.dir))
-			cs.cols = append(cs.cols, colRef{shedCol, pc.dir, int32(r)})
+		for _, pc := range g.up[:g.nUp] {
+			cs.addPiece(g, pc)
 		}
 	}
 	copy(b.rowUp, rhs)
 }
 
-// extract writes the LP's flows and shed into sol.
-func (cs *compSolver) extract(res lpResult, sol *Solution) {
-	x := make([]float64, len(cs.routes))
-	for i := range cs.routes {
-		x[i] = cs.routes[i].x0
+func (cs *compSolver) addPiece(g *group, pc piece) {
+	d := float64(pc.dir)
+	if g.rowB >= 0 {
+		a, bb, ca, cb := g.rowA, g.rowB, d*g.coefA, d*g.coefB
+		if a > bb {
+			a, bb, ca, cb = bb, a, cb, ca
+		}
+		cs.b.col2(0, pc.width, pc.cost, a, ca, bb, cb)
+	} else {
+		cs.b.col1(0, pc.width, pc.cost, g.rowA, d*g.coefA)
 	}
-	shed := slices.Clone(cs.shed0)
+	cs.cols = append(cs.cols, colRef{g.kind, pc.dir, int32(g.idx)})
+}
+
+// priceGroups widens each lazy group by one piece on a side whose next piece
+// has negative reduced cost. It returns how many pieces it added and the
+// most the left-out pieces could lower the objective (their share of the
+// Lagrangian bound: Σ width·max(0, −reduced cost)).
+func (cs *compSolver) priceGroups(dual []float64) (added int, gap float64) {
+	for gi := range cs.groups {
+		g := &cs.groups[gi]
+		if g.span == nil {
+			continue
+		}
+		dot := g.rowDot(dual)
+		for i, pc := range g.up[g.nUp:] {
+			d := pc.cost - dot
+			gap += pc.width * math.Max(0, -d)
+			if i == 0 && d < -priceTol {
+				g.span.widen(g, false)
+				added++
+			}
+		}
+		for i, pc := range g.down[g.nDown:] {
+			d := pc.cost + dot
+			gap += pc.width * math.Max(0, -d)
+			if i == 0 && d < -priceTol {
+				g.span.widen(g, true)
+				added++
+			}
+		}
+	}
+	return added, gap
+}
+
+// readFlows sets cs.x (route flows) and cs.shed from an LP solution.
+func (cs *compSolver) readFlows(res lpResult) {
+	cs.x = resize(cs.x, len(cs.routes))
+	for i := range cs.routes {
+		cs.x[i] = cs.routes[i].x0
+	}
+	cs.shed = append(cs.shed[:0], cs.shed0...)
 	for j, ref := range cs.cols {
 		v := float64(ref.dir) * res.x[j]
 		switch ref.kind {
-		case routeCol:
-			x[ref.idx] += v
+		case routeCol, soleCol:
+			cs.x[ref.idx] += v
 		case shedCol:
-			shed[ref.idx] += v
+			cs.shed[ref.idx] += v
 		}
 	}
+}
+
+// extract writes the last LP's flows and shed into sol.
+func (cs *compSolver) extract(sol *Solution) {
 	for i := range cs.routes {
 		rt := &cs.routes[i]
 		row := cs.rows[rt.r]
-		sol.Flow[row.c][row.m][cs.engines[rt.le]] = math.Max(0, clampTiny(x[i], row.demand))
+		sol.Flow[row.c][row.m][cs.engines[rt.le]] = math.Max(0, clampTiny(cs.x[i], row.demand))
 	}
 	for r, row := range cs.rows {
-		sol.Shed[row.c][row.m] = math.Max(0, clampTiny(shed[r], row.demand))
+		sol.Shed[row.c][row.m] = math.Max(0, clampTiny(cs.shed[r], row.demand))
 	}
 	sol.Stats.Pairs += len(cs.routes)
 	for _, row := range cs.rows {

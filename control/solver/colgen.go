@@ -40,6 +40,7 @@ type compSolver struct {
 	local    map[int]int // problem engine index → local index
 	rows     []demandRow
 	routeAt  []int32 // [row·len(engines) + local engine] → index in routes, −1 when inactive
+	dropped  []bool  // same index: the route was active once and dropped
 	routes   []route
 	engRow   []int     // LP row of each local engine, −1 without active routes
 	load0    []float64 // reference load per local engine
@@ -48,7 +49,15 @@ type compSolver struct {
 	shedCost float64
 	b        lp
 	cols     []colRef // what each LP column moves, for extract
-	pieces   []piece  // scratch
+	nRoutes  []int    // active routes per local engine
+	nLPRows  int
+	groups   []group
+	soleSpan []span    // by local engine: lazy pieces of its sole route
+	loadSpan []span    // by local engine: lazy pieces of its load
+	x, shed  []float64 // the last LP's route flows and shed per row
+	v        []float64 // engine duals for pricing
+	scratchA []segment
+	scratchB []segment
 	fsegs    []segment
 }
 
@@ -66,6 +75,9 @@ type cand struct {
 type route struct {
 	r, le         int
 	rtt, prev, x0 float64
+	// sticky routes are never dropped as idle: they were dropped once and
+	// priced back in, and dropping them again could cycle.
+	sticky bool
 }
 
 // colRef says which quantity an LP column moves and in which direction.
@@ -78,7 +90,8 @@ type colRef struct {
 type colKind uint8
 
 const (
-	routeCol colKind = iota
+	routeCol colKind = iota // a route to an engine with a load row
+	soleCol                 // the only route to an engine without a load row
 	loadCol
 	shedCol
 )
@@ -115,7 +128,11 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 	for i := range cs.routeAt {
 		cs.routeAt[i] = -1
 	}
+	cs.dropped = make([]bool, len(cs.routeAt))
 	cs.engRow = make([]int, len(cs.engines))
+	cs.nRoutes = make([]int, len(cs.engines))
+	cs.soleSpan = make([]span, len(cs.engines))
+	cs.loadSpan = make([]span, len(cs.engines))
 	cs.load0 = make([]float64, len(cs.engines))
 	cs.shed0 = make([]float64, len(cs.rows))
 	return cs
@@ -151,19 +168,39 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 		cs.referenceFromPrev()
 	}
 	var res lpResult
+	rebase := cs.o.colgen && cs.o.rebase
 	for round := 0; ; round++ {
-		if cs.o.colgen && round == cs.o.maxRounds {
+		last := !cs.o.colgen || round == cs.o.maxRounds
+		if last {
+			// Tailing off: settle it with every route and piece in one LP.
 			cs.activateAll()
+			cs.o.lazyLoad, rebase = false, false
 		}
 		var err error
-		if res, err = cs.solveRound(ctx, sol); err != nil {
+		if res, err = cs.solveRound(ctx, sol, round); err != nil {
 			return err
 		}
-		if cs.price(res.dual) == 0 {
+		cs.readFlows(res)
+		v := cs.engineDuals(res.dual)
+		var idle []int
+		if rebase {
+			idle = cs.idleRoutes(res.dual, v)
+		}
+		if cs.o.check != nil {
+			cs.o.check(cs, res, v)
+		}
+		added, gap := cs.price(res.dual, v)
+		if cs.o.logf != nil {
+			cs.o.logf("round %d: %d rows %d cols %d routes, added %d, idle %d, gap %.3g of %.4g", round, len(cs.b.rowLo), cs.b.cols(), len(cs.routes), added, len(idle), gap, cs.scale(res.dual))
+		}
+		if added == 0 || last {
 			break
 		}
+		if rebase {
+			cs.rebase(idle)
+		}
 	}
-	cs.extract(res, sol)
+	cs.extract(sol)
 	return nil
 }
 
@@ -218,7 +255,7 @@ func (cs *compSolver) activate(r, le int) int {
 	}
 	cs.routeAt[k] = int32(len(cs.routes))
 	rtt := cs.p.RTT[cs.rows[r].c][cs.engines[le]]
-	cs.routes = append(cs.routes, route{r: r, le: le, rtt: rtt})
+	cs.routes = append(cs.routes, route{r: r, le: le, rtt: rtt, sticky: cs.dropped[k]})
 	return len(cs.routes) - 1
 }
 
@@ -230,40 +267,142 @@ func (cs *compSolver) activateAll() {
 	}
 }
 
-// price adds, for each demand row, at most addPerRow left-out routes with
-// negative reduced cost, most negative first, and returns how many.
-func (cs *compSolver) price(dual []float64) int {
-	const tol = 1e-7
+// price adds the left-out columns with negative reduced cost (load pieces,
+// and for each demand row at most addPerRow routes, most negative first) and
+// returns how many.
+func (cs *compSolver) price(dual, v []float64) (added int, gap float64) {
 	type priced struct {
 		le int
 		d  float64
 	}
 	var neg []priced
-	added := 0
+	added, gap = cs.priceGroups(dual)
 	for r, row := range cs.rows {
 		neg = neg[:0]
+		minD := 0.0
 		for _, cd := range row.cands {
 			if cs.routeAt[r*len(cs.engines)+cd.le] >= 0 {
 				continue
 			}
-			v := -cs.firstSlope(cd.le)
-			if er := cs.engRow[cd.le]; er >= 0 {
-				v = dual[er]
-			}
-			if d := cd.rtt + cs.mu - dual[r] - v; d < -tol {
+			if d := cd.rtt + cs.mu - dual[r] - v[cd.le]; d < -priceTol {
 				neg = append(neg, priced{cd.le, d})
+				minD = math.Min(minD, d)
 			}
 		}
+		gap -= row.demand * minD
 		slices.SortFunc(neg, func(a, b priced) int { return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(a.le, b.le)) })
 		for _, pr := range neg[:min(cs.o.addPerRow, len(neg))] {
 			cs.activate(r, pr.le)
 			added++
 		}
 	}
-	return added
+	return added, gap
 }
 
-func (cs *compSolver) solveRound(ctx context.Context, sol *Solution) (lpResult, error) {
+// scale is Σ_r D_r·|u_r|, the order of magnitude of the objective, against
+// which the optimality gap is measured.
+func (cs *compSolver) scale(dual []float64) float64 {
+	s := 0.0
+	for r, row := range cs.rows {
+		s += row.demand * math.Abs(dual[r])
+	}
+	return s
+}
+
+// priceTol is the reduced cost below which a column is worth adding; CLP's
+// own dual feasibility tolerance is 1e-7.
+const priceTol = 1e-7
+
+// idleRoutes lists the routes that carry no flow, had none in Prev, and
+// would only cost more with flow: rebase drops them so that the LP keeps few
+// engine rows.
+func (cs *compSolver) idleRoutes(dual, v []float64) []int {
+	var idle []int
+	for i := range cs.routes {
+		rt := &cs.routes[i]
+		if rt.prev > 0 || rt.sticky || cs.x[i] > 1e-9*cs.rows[rt.r].demand {
+			continue
+		}
+		if rt.rtt+cs.mu-dual[rt.r]-v[rt.le] > priceTol {
+			idle = append(idle, i)
+		}
+	}
+	return idle
+}
+
+// rebase moves the reference to the last LP's solution, so the next LP
+// starts where this one ended, and drops the idle routes.
+func (cs *compSolver) rebase(idle []int) {
+	keep := cs.routes[:0]
+	drop := 0
+	for i, rt := range cs.routes {
+		if drop < len(idle) && idle[drop] == i {
+			drop++
+			cs.routeAt[rt.r*len(cs.engines)+rt.le] = -1
+			cs.dropped[rt.r*len(cs.engines)+rt.le] = true
+			continue
+		}
+		if i < len(cs.x) {
+			rt.x0 = math.Max(0, cs.x[i])
+		}
+		cs.routeAt[rt.r*len(cs.engines)+rt.le] = int32(len(keep))
+		keep = append(keep, rt)
+	}
+	cs.routes = keep
+	clear(cs.load0)
+	for _, rt := range cs.routes {
+		cs.load0[rt.le] += rt.x0
+	}
+	for le, e := range cs.engines {
+		cs.load0[le] = math.Min(cs.load0[le], capOf(cs.ix.segs[e]))
+	}
+	for r := range cs.shed0 {
+		cs.shed0[r] = math.Max(0, cs.shed[r])
+	}
+}
+
+// engineDuals returns a dual price v[e] for every engine's load, row or no
+// row. With a row it is the row's dual. Without routes the engine is idle and
+// v = −slope₁. With a sole route of flow x (no row), any v that keeps the
+// split columns' reduced costs non-negative is valid:
+//
+//	max(−slope⁺(x), rttDown(x) − u) ≤ v ≤ min(−slope⁻(x), rttUp(x) − u)
+//
+// where slope± are the engine's right and left slopes at x and rtt* the
+// route's cost slopes; the interval is non-empty because the merged columns
+// are optimal. Pricing with its lower end adds a route only when every valid
+// dual says it helps, so an empty pricing round still proves optimality.
+func (cs *compSolver) engineDuals(dual []float64) []float64 {
+	cs.v = resize(cs.v, len(cs.engines))
+	for le := range cs.engines {
+		cs.v[le] = -cs.firstSlope(le)
+		if er := cs.engRow[le]; er >= 0 {
+			cs.v[le] = dual[er]
+		}
+	}
+	for i := range cs.routes {
+		rt := &cs.routes[i]
+		if cs.engRow[rt.le] >= 0 {
+			continue
+		}
+		x := cs.x[i]
+		lo := math.Inf(-1)
+		if up := marginalSlope(cs.ix.segs[cs.engines[rt.le]], x); !math.IsInf(up, 1) {
+			lo = -up
+		}
+		if x > 1e-9*cs.rows[rt.r].demand {
+			down := rt.rtt + cs.mu
+			if x <= rt.prev*(1+1e-9) {
+				down = rt.rtt - cs.mu
+			}
+			lo = math.Max(lo, down-dual[rt.r])
+		}
+		cs.v[rt.le] = lo
+	}
+	return cs.v
+}
+
+func (cs *compSolver) solveRound(ctx context.Context, sol *Solution, round int) (lpResult, error) {
 	if err := ctx.Err(); err != nil {
 		return lpResult{}, err
 	}
@@ -278,7 +417,14 @@ func (cs *compSolver) solveRound(ctx context.Context, sol *Solution) (lpResult, 
 	sol.Stats.Rounds++
 	sol.Stats.Rows = max(sol.Stats.Rows, len(cs.b.rowLo))
 	sol.Stats.Columns = max(sol.Stats.Columns, cs.b.cols())
-	res, err := cs.b.solve(cs.o.method, maxSeconds)
+	m := cs.o.method
+	switch {
+	case round > 0 && cs.o.colgen && cs.o.rebase:
+		m = cs.o.laterMethod
+	case len(cs.b.rowLo) >= cs.o.bigRows:
+		m = cs.o.bigMethod
+	}
+	res, err := cs.b.solve(m, maxSeconds)
 	if err != nil {
 		return lpResult{}, fmt.Errorf("round %d: %w", sol.Stats.Rounds, err)
 	}

@@ -33,10 +33,6 @@ type greedyState struct {
 	slope []float64 // that segment's slope; +Inf when full
 }
 
-// greedySlices is how many slices each row's new demand is cut into; rows
-// take turns so that no row grabs the best engines first.
-const greedySlices = 8
-
 // greedy sets every route's x0, the engines' load0 and the rows' shed0 to a
 // feasible assignment and activates the routes it uses.
 func (cs *compSolver) greedy() greedyState {
@@ -53,9 +49,9 @@ func (cs *compSolver) greedy() greedyState {
 	cs.keepPrev(&g, left)
 	slice := make([]float64, len(cs.rows))
 	for r := range cs.rows {
-		slice[r] = left[r] / greedySlices
+		slice[r] = left[r] / float64(cs.o.slices)
 	}
-	for range greedySlices {
+	for range cs.o.slices {
 		for r := range cs.rows {
 			cs.shed0[r] += cs.greedyPlace(&g, r, slice[r])
 		}
@@ -91,16 +87,7 @@ func (cs *compSolver) greedyPlace(g *greedyState, r int, amount float64) float64
 	row := &cs.rows[r]
 	eps := 1e-12 * row.demand
 	for amount > eps {
-		best, bestCost := -1, math.Inf(1)
-		for _, cd := range row.cands {
-			cost := cd.rtt + g.slope[cd.le]
-			if cs.routeAt[r*len(cs.engines)+cd.le] < 0 {
-				cost += cs.mu // a new route pays the movement price
-			}
-			if cost < bestCost {
-				best, bestCost = cd.le, cost
-			}
-		}
+		best := cs.greedyPick(g, r)
 		if best < 0 {
 			return amount
 		}
@@ -111,26 +98,41 @@ func (cs *compSolver) greedyPlace(g *greedyState, r int, amount float64) float64
 	return 0
 }
 
+// greedyPick returns the route with the least RTT + marginal slope for row
+// r, or −1 when every engine is full.
+func (cs *compSolver) greedyPick(g *greedyState, r int) int {
+	best, bestCost := -1, math.Inf(1)
+	for _, cd := range cs.rows[r].cands {
+		cost := cd.rtt + g.slope[cd.le]
+		if cs.routeAt[r*len(cs.engines)+cd.le] < 0 {
+			cost += cs.mu // a new route pays the movement price
+		}
+		if cost < bestCost {
+			best, bestCost = cd.le, cost
+		}
+	}
+	return best
+}
+
 // fill adds up to amount to engine le's load, crossing segments, and
-// returns how much fit.
+// returns how much fit. It keeps room > 0 for every engine that is not full,
+// so the greedy never picks an engine it cannot add to.
 func (cs *compSolver) fill(g *greedyState, le int, amount float64) float64 {
 	segs := cs.ix.segs[cs.engines[le]]
 	put := 0.0
 	for amount > 0 && g.seg[le] < len(segs) {
-		if g.room[le] <= 1e-12*segs[g.seg[le]].width {
-			g.seg[le]++
-			if g.seg[le] == len(segs) {
-				g.room[le], g.slope[le] = 0, math.Inf(1)
-				break
-			}
-			g.room[le], g.slope[le] = segs[g.seg[le]].width, segs[g.seg[le]].slope
-			continue
-		}
 		take := math.Min(amount, g.room[le])
 		put += take
 		amount -= take
 		cs.load0[le] += take
 		g.room[le] -= take
+		if g.room[le] <= 1e-12*segs[g.seg[le]].width {
+			g.seg[le]++
+			g.room[le], g.slope[le] = 0, math.Inf(1)
+			if g.seg[le] < len(segs) {
+				g.room[le], g.slope[le] = segs[g.seg[le]].width, segs[g.seg[le]].slope
+			}
+		}
 	}
 	return put
 }

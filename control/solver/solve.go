@@ -12,19 +12,33 @@ import (
 // options are internal strategy switches. Solve uses defaultOptions; the
 // benchmarks compare the alternatives (docs/performance-solver.md).
 type options struct {
-	method method
-	// colgen starts from a few routes per (cluster, model) and adds the
-	// left-out routes whose reduced cost is negative until none is; false puts
-	// every allowed route in one LP.
+	// method solves the first LP, or bigMethod when it has bigRows rows or
+	// more; laterMethod solves the rounds after it when rebase is on (they
+	// start from a feasible reference, where the primal simplex is quicker).
+	method, bigMethod, laterMethod method
+	bigRows                        int
+	// colgen starts from a greedy seed and adds the left-out columns whose
+	// reduced cost is negative until none is; false puts every allowed route
+	// and piece in one LP.
 	colgen    bool
-	initialK  int     // cheapest idle routes per (cluster, model) in the first LP
+	initialK  int     // cheapest idle routes per (cluster, model) in the seed
 	seedSlack float64 // seconds: seed routes this close to their row's best
+	slices    int     // the greedy seed cuts each row's demand into this many turns
 	addPerRow int     // most routes added per (cluster, model) per round
+	rebase    bool    // each round starts from the last one's solution and drops idle routes
+	lazyLoad  bool    // engine load pieces join only when priced in
 	maxRounds int     // then one LP with every allowed route settles it
+
+	check func(cs *compSolver, res lpResult, v []float64) // test hook after each LP
+	logf  func(format string, args ...any)                // per-round trace; nil is silent
 }
 
 func defaultOptions() options {
-	return options{method: dualSimplex, colgen: true, initialK: 2, seedSlack: 0.01, addPerRow: 8, maxRounds: 40}
+	return options{
+		method: dualSimplex, bigMethod: barrierCrossover, bigRows: 512, laterMethod: primalSimplex,
+		colgen: true, initialK: 2, seedSlack: 0.01, slices: 8, addPerRow: 16,
+		rebase: true, lazyLoad: true, maxRounds: 40,
+	}
 }
 
 // Solve finds the routing that minimizes RTT + engine latency under load +

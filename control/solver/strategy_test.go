@@ -10,14 +10,15 @@ var strategies = []struct {
 	name string
 	o    options
 }{
-	{"colgen-dual", defaultOptions()},
-	{"colgen-slack0", func() options { o := defaultOptions(); o.seedSlack = 0; return o }()},
-	{"colgen-slack5ms", func() options { o := defaultOptions(); o.seedSlack = 0.005; return o }()},
-	{"colgen-slack20ms", func() options { o := defaultOptions(); o.seedSlack = 0.02; return o }()},
-	{"colgen-primal", func() options { o := defaultOptions(); o.method = primalSimplex; return o }()},
-	{"colgen-barrier", func() options { o := defaultOptions(); o.method = barrierCrossover; return o }()},
-	{"full-dual", options{method: dualSimplex}},
-	{"full-barrier", options{method: barrierCrossover}},
+	{"default", defaultOptions()},
+	{"first-dual", func() options { o := defaultOptions(); o.bigMethod = dualSimplex; return o }()},
+	{"later-dual", func() options { o := defaultOptions(); o.laterMethod = dualSimplex; return o }()},
+	{"add8", func() options { o := defaultOptions(); o.addPerRow = 8; return o }()},
+	{"sparse-seed", func() options { o := defaultOptions(); o.initialK, o.seedSlack = 0, -1; return o }()},
+	{"eager-load", func() options { o := defaultOptions(); o.lazyLoad = false; return o }()},
+	{"no-rebase", func() options { o := defaultOptions(); o.rebase = false; return o }()},
+	{"full-dual", options{method: dualSimplex, bigMethod: dualSimplex}},
+	{"full-barrier", options{method: barrierCrossover, bigMethod: barrierCrossover}},
 }
 
 func BenchmarkStrategies(b *testing.B) {
