@@ -5,7 +5,10 @@
 // The page shows the weight matrix (data-plane cluster × engine, as a heatmap of each
 // cluster's traffic share, with the published EDS weight in each cell), every engine's
 // load, TTFT and penalty, and each cluster's demand, shed fraction and retry budget, with
-// charts of the last five minutes kept in the page.
+// charts of the last five minutes. The page seeds its charts from history.json when the
+// server mounts HandlerWithHistory (a History samples the state every period and keeps a
+// bounded ring), so a page opened mid-incident shows what led to it; with Handler alone the
+// charts start when the page opens.
 //
 // Invariants:
 //   - The page reads only ../debug/state relative to where it is served, so Handler must

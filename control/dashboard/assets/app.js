@@ -51,9 +51,9 @@ function setStatus(up, text) {
   s.textContent = text;
 }
 
-function record(st) {
-  const now = Date.now();
-  const sample = { t: now, engines: {}, shed: {} };
+// record adds one state document to the charts' history, at its own time when it has one.
+function record(st, t = Date.now()) {
+  const sample = { t, engines: {}, shed: {} };
   for (const e of st.engines || []) {
     sample.engines[e.name] = { load: num(e.load_rps), ttft: num(e.ttft_p50_ms), penalty: num(e.penalty) };
   }
@@ -62,7 +62,19 @@ function record(st) {
     if (m) sample.shed[node] = num(m.shed_fraction);
   }
   history.push(sample);
-  while (history.length && history[0].t < now - HISTORY_MS) history.shift();
+  while (history.length && history[0].t < Date.now() - HISTORY_MS) history.shift();
+}
+
+// loadHistory seeds the charts with what the server recorded before the page opened
+// (history.json; absent when the server keeps no history).
+async function loadHistory() {
+  try {
+    const r = await fetch(new URL('history.json', location.href), { cache: 'no-store' });
+    if (!r.ok) return;
+    for (const st of await r.json()) record(st, Date.parse(st.updated_at) || Date.now());
+  } catch (err) {
+    // No history: the charts start now.
+  }
 }
 
 function currentModel(st) {
@@ -249,4 +261,4 @@ function lineChart(svg, series, minMax = 0) {
   svg.replaceChildren(...kids);
 }
 
-poll();
+loadHistory().then(poll);
