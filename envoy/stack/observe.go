@@ -288,3 +288,15 @@ func (s *Stack) WriteFleetRaw(data []byte) error {
 	}
 	return os.Rename(tmp, s.FleetPath)
 }
+
+// ControlVersion is the snapshot version the control server last published (its
+// /debug/state "version").
+func (s *Stack) ControlVersion(ctx context.Context) (string, error) {
+	var doc struct {
+		Version string `json:"version"`
+	}
+	if err := getJSON(ctx, s.ControlHTTP+"/debug/state", &doc); err != nil {
+		return "", err
+	}
+	return doc.Version, nil
+}
