@@ -23,7 +23,7 @@ func play(ctx context.Context, p *plan, s *stack.Stack, nw network, live bool, o
 		return nil, err
 	}
 	obs.poll(ctx)
-	sc := &screen{w: out, tty: live, plan: p, network: nw.Short}
+	sc := &screen{w: out, tty: live, plan: p, network: nw.Short, links: "dashboard: " + s.ControlHTTP + "/dashboard/"}
 	// Phase boundaries: the observation at each phase's start and end.
 	marks := []observation{obs.snapshot()}
 	done := make(chan error, 1)

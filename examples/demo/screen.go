@@ -17,6 +17,7 @@ type screen struct {
 	tty      bool
 	plan     *plan
 	network  string
+	links    string // where to look: the dashboard and the Envoys
 	lastLine time.Time
 }
 
@@ -48,7 +49,7 @@ func (sc *screen) header(b *strings.Builder, elapsed time.Duration, i int, obs o
 	fmt.Fprintf(b, "meridian demo  [%s] %3.0f%%  %s / %s   (Ctrl-C stops everything)\n", bar, frac*100,
 		elapsed.Truncate(time.Second), p.duration)
 	fmt.Fprintf(b, "phase %d/%d  %-12s %s\n", i+1, len(story), story[i].name, story[i].what)
-	fmt.Fprintf(b, "network: %s\n", sc.network)
+	fmt.Fprintf(b, "network: %s\n%s\n", sc.network, sc.links)
 	switch {
 	case obs.State == nil:
 		fmt.Fprintf(b, "control server: no state yet (%v)\n", obs.StateErr)
