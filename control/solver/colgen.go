@@ -68,8 +68,9 @@ type demandRow struct {
 }
 
 type cand struct {
-	le  int
-	rtt float64
+	le   int
+	rtt  float64
+	idle float64 // rtt + the engine's first slope: the route's cost at zero load
 }
 
 type route struct {
@@ -113,12 +114,13 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 			row := demandRow{c: c, m: m, demand: p.Demand[c][m]}
 			for _, e := range ix.modelEngines[m] {
 				if rtt := p.RTT[c][e]; !math.IsInf(rtt, 1) {
-					row.cands = append(row.cands, cand{cs.local[e], rtt})
+					le := cs.local[e]
+					row.cands = append(row.cands, cand{le, rtt, rtt + ix.segs[e][0].slope})
 					maxRTT = math.Max(maxRTT, rtt)
 				}
 			}
-			slices.SortStableFunc(row.cands, func(a, b cand) int {
-				return cmp.Compare(a.rtt+cs.firstSlope(a.le), b.rtt+cs.firstSlope(b.le))
+			slices.SortFunc(row.cands, func(a, b cand) int {
+				return cmp.Or(cmp.Compare(a.idle, b.idle), cmp.Compare(a.le, b.le))
 			})
 			cs.rows = append(cs.rows, row)
 		}

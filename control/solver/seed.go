@@ -28,16 +28,17 @@ func (cs *compSolver) seed() {
 
 // greedyState tracks engine loads while the greedy assignment fills them.
 type greedyState struct {
-	seg   []int     // index of the segment the load sits in; len(segs) when full
-	room  []float64 // req/s left in that segment
-	slope []float64 // that segment's slope; +Inf when full
+	heaps []pickHeap // per row, built on first use
+	seg   []int      // index of the segment the load sits in; len(segs) when full
+	room  []float64  // req/s left in that segment
+	slope []float64  // that segment's slope; +Inf when full
 }
 
 // greedy sets every route's x0, the engines' load0 and the rows' shed0 to a
 // feasible assignment and activates the routes it uses.
 func (cs *compSolver) greedy() greedyState {
 	n := len(cs.engines)
-	g := greedyState{seg: make([]int, n), room: make([]float64, n), slope: make([]float64, n)}
+	g := greedyState{heaps: make([]pickHeap, len(cs.rows)), seg: make([]int, n), room: make([]float64, n), slope: make([]float64, n)}
 	for le, e := range cs.engines {
 		first := cs.ix.segs[e][0]
 		g.room[le], g.slope[le] = first.width, first.slope
@@ -99,19 +100,85 @@ func (cs *compSolver) greedyPlace(g *greedyState, r int, amount float64) float64
 }
 
 // greedyPick returns the route with the least RTT + marginal slope for row
-// r, or −1 when every engine is full.
+// r, or −1 when every engine is full. Each row keeps a min-heap of its routes
+// keyed by a cost that may be stale: an engine's cost only rises as it fills
+// (the one exception, a route's first use dropping the movement price, is at
+// the top already), so a top whose cost is current is the true minimum.
 func (cs *compSolver) greedyPick(g *greedyState, r int) int {
-	best, bestCost := -1, math.Inf(1)
-	for _, cd := range cs.rows[r].cands {
-		cost := cd.rtt + g.slope[cd.le]
-		if cs.routeAt[r*len(cs.engines)+cd.le] < 0 {
-			cost += cs.mu // a new route pays the movement price
+	h := &g.heaps[r]
+	if *h == nil {
+		for _, cd := range cs.rows[r].cands {
+			*h = append(*h, pick{cs.greedyCost(g, r, cd.le, cd.rtt), cd.rtt, cd.le})
 		}
-		if cost < bestCost {
-			best, bestCost = cd.le, cost
+		h.init()
+	}
+	for len(*h) > 0 {
+		top := &(*h)[0]
+		cur := cs.greedyCost(g, r, top.le, top.rtt)
+		switch {
+		case math.IsInf(cur, 1):
+			h.pop() // full engines never come back in the greedy
+		case cur == top.cost:
+			return top.le
+		default:
+			top.cost = cur
+			h.down(0)
 		}
 	}
-	return best
+	return -1
+}
+
+func (cs *compSolver) greedyCost(g *greedyState, r, le int, rtt float64) float64 {
+	cost := rtt + g.slope[le]
+	if cs.routeAt[r*len(cs.engines)+le] < 0 {
+		cost += cs.mu // a new route pays the movement price
+	}
+	return cost
+}
+
+// pick is a route in a row's greedy heap.
+type pick struct {
+	cost, rtt float64
+	le        int
+}
+
+// pickHeap is a binary min-heap by (cost, engine), so ties break the same
+// way every time.
+type pickHeap []pick
+
+func (h pickHeap) less(i, j int) bool {
+	return h[i].cost < h[j].cost || (h[i].cost == h[j].cost && h[i].le < h[j].le)
+}
+
+func (h pickHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h pickHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+func (h *pickHeap) pop() {
+	n := len(*h) - 1
+	(*h)[0] = (*h)[n]
+	*h = (*h)[:n]
+	h.down(0)
 }
 
 // fill adds up to amount to engine le's load, crossing segments, and

@@ -98,44 +98,56 @@ func (s *Solution) Weights(c, m int, total uint32) []uint32 {
 }
 
 // quantize is the largest-remainder method with a floor of 1 for every kept
-// entry. It writes into w.
+// entry. Entries below half a unit are dropped, except that the largest is
+// always kept; when more entries remain than units, the largest total keep
+// one unit each. It writes into w.
 func quantize(flows []float64, sum float64, total uint32, w []uint32) {
 	type part struct {
-		e    int
-		frac float64
+		e       int
+		q, frac float64
 	}
 	parts := make([]part, 0, 16)
-	var assigned int64
+	best := -1
 	for e, f := range flows {
 		q := f / sum * float64(total)
-		if q < 0.5 {
-			continue
+		if best < 0 || f > flows[best] {
+			best = e
 		}
-		fl := math.Floor(q)
-		w[e] = uint32(math.Max(1, fl))
-		assigned += int64(w[e])
-		parts = append(parts, part{e, q - fl})
+		if q >= 0.5 {
+			parts = append(parts, part{e: e, q: q})
+		}
 	}
-	left := int64(total) - assigned
+	if len(parts) == 0 {
+		w[best] = total
+		return
+	}
+	if len(parts) > int(total) {
+		sort.SliceStable(parts, func(i, j int) bool { return parts[i].q > parts[j].q })
+		for _, p := range parts[:total] {
+			w[p.e] = 1
+		}
+		return
+	}
+	var left int64 = int64(total)
+	for i := range parts {
+		fl := math.Floor(parts[i].q)
+		parts[i].frac = parts[i].q - fl
+		w[parts[i].e] = uint32(math.Max(1, fl))
+		left -= int64(w[parts[i].e])
+	}
 	// Hand out the remainder to the largest fractions first.
 	sort.SliceStable(parts, func(i, j int) bool { return parts[i].frac > parts[j].frac })
-	for i := 0; left > 0 && len(parts) > 0; i = (i + 1) % len(parts) {
+	for i := 0; left > 0; i = (i + 1) % len(parts) {
 		w[parts[i].e]++
 		left--
 	}
 	// Bumps to 1 can overshoot: take units back from entries that can spare
-	// one, smallest fractions first. Stops when every kept weight is 1.
-	for left < 0 {
-		took := false
-		for i := len(parts) - 1; i >= 0 && left < 0; i-- {
-			if w[parts[i].e] > 1 {
-				w[parts[i].e]--
-				left++
-				took = true
-			}
-		}
-		if !took {
-			return
+	// one, smallest fractions first. There are at most total entries, so
+	// this ends with the sum at total.
+	for i := len(parts) - 1; left < 0; i = (i - 1 + len(parts)) % len(parts) {
+		if w[parts[i].e] > 1 {
+			w[parts[i].e]--
+			left++
 		}
 	}
 }

@@ -106,7 +106,10 @@ func newIndex(p *Problem) *index {
 	return ix
 }
 
-// mapPrev matches p.Prev's flows to p's clusters, models and engines by name.
+// mapPrev matches p.Prev's flows to p's clusters, models and engines by name
+// and rescales each (cluster, model)'s flows to this period's demand. The
+// movement price then applies to changes in shares, which is what moves keys
+// between engines; a demand that merely grows or shrinks moves nothing.
 func mapPrev(p *Problem) [][][]flow {
 	out := make([][][]flow, len(p.Clusters))
 	for c := range out {
@@ -128,10 +131,15 @@ func mapPrev(p *Problem) [][][]flow {
 			if !ok {
 				continue
 			}
+			sum := 0.0
 			for pe, x := range p.Prev.Flow[pc][pm] {
 				if e, ok := engIdx[p.Prev.Engines[pe]]; ok && x > 0 {
 					out[c][m] = append(out[c][m], flow{e, x})
+					sum += x
 				}
+			}
+			for i := range out[c][m] {
+				out[c][m][i].x *= p.Demand[c][m] / sum
 			}
 			slices.SortFunc(out[c][m], func(a, b flow) int { return cmp.Compare(a.e, b.e) })
 		}

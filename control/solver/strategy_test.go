@@ -1,7 +1,6 @@
 package solver
 
 import (
-	"context"
 	"fmt"
 	"testing"
 )
@@ -21,31 +20,20 @@ var strategies = []struct {
 	{"full-barrier", options{method: barrierCrossover, bigMethod: barrierCrossover}},
 }
 
+// BenchmarkStrategies compares the internal options that Solve chose
+// between (docs/performance-solver.md):
+//
+//	go test -run '^$' -bench BenchmarkStrategies -count 5 ./control/solver/
 func BenchmarkStrategies(b *testing.B) {
-	for _, sz := range [][2]int{{4, 16}, {16, 256}, {64, 1024}} {
-		base := benchFleet(sz[0], sz[1]).problem()
-		prev, err := Solve(context.Background(), perturbed(base, 0.2, 1))
-		if err != nil {
-			b.Fatal(err)
-		}
-		withPrev := *base
-		withPrev.Prev = prev
+	for _, sz := range benchSizes {
+		none, moved := benchProblems(b, sz[0], sz[1], 8)
 		for _, pc := range []struct {
 			name string
 			p    *Problem
-		}{{"none", base}, {"moved", &withPrev}} {
+		}{{"none", none}, {"moved", moved}} {
 			for _, st := range strategies {
 				b.Run(fmt.Sprintf("clusters=%d/engines=%d/prev=%s/%s", sz[0], sz[1], pc.name, st.name), func(b *testing.B) {
-					var sol *Solution
-					for b.Loop() {
-						var err error
-						if sol, err = solve(context.Background(), pc.p, st.o); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportMetric(float64(sol.Stats.Rounds), "rounds")
-					b.ReportMetric(float64(sol.Stats.Columns), "cols")
-					b.ReportMetric(sol.Objective, "objective")
+					benchSolve(b, pc.p, st.o)
 				})
 			}
 		}
