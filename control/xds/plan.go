@@ -81,6 +81,7 @@ func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
 				}
 				ep := resources.Endpoint{
 					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: weight, Draining: e.Draining, MaxInFlight: e.MaxInFlight,
+					RTTMillis: f.RTTMillis[c.Name][e.Region],
 				}
 				if weight == 0 {
 					ep.Weight, ep.Priority = 1, 1

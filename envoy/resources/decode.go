@@ -43,6 +43,7 @@ func EndpointsOf(cla *endpointv3.ClusterLoadAssignment) ([]Endpoint, error) {
 				Draining:    lb.GetHealthStatus() == corev3.HealthStatus_DRAINING,
 				MaxInFlight: int(md["max_in_flight"].GetNumberValue()),
 				Priority:    loc.GetPriority(),
+				RTTMillis:   md["rtt_ms"].GetNumberValue(),
 			})
 		}
 	}

@@ -58,6 +58,9 @@ type Endpoint struct {
 	// Priority 0 carries the node's traffic by weight; priority 1 holds failover engines
 	// that get no share but may be retried.
 	Priority uint32
+	// RTTMillis is the network round trip from this node to the engine; the sidecar takes
+	// it out of observed latencies so a far engine is not mistaken for a slow one.
+	RTTMillis float64
 }
 
 // ClusterOptions shape a model cluster.
@@ -137,7 +140,7 @@ func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoad
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: engine %s: address %q: %w", clusterName, ep.Engine, ep.Address, err)
 		}
-		md, err := structpb.NewStruct(map[string]any{"engine": ep.Engine, "region": ep.Region, "max_in_flight": ep.MaxInFlight})
+		md, err := structpb.NewStruct(map[string]any{"engine": ep.Engine, "region": ep.Region, "max_in_flight": ep.MaxInFlight, "rtt_ms": ep.RTTMillis})
 		if err != nil {
 			return nil, fmt.Errorf("encode endpoint metadata: %w", err)
 		}

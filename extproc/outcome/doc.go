@@ -7,7 +7,7 @@
 // sidecar chose. Entries without a ticket (requests the sidecar did not steer) are still
 // reported, with an empty Ticket.
 //
-// Time to first byte is the time to the first upstream response byte. For an engine that
-// sends response headers before its first token (vLLM does), it understates TTFT; the
-// control server's scrape of the engines' own TTFT histograms is the precise figure.
+// Time to first token is taken at the first response body byte (Envoy's US_RX_BODY_BEG),
+// not at the response headers: vLLM sends its headers before the first token. It includes
+// the network round trip to the engine, which the sidecar subtracts.
 package outcome

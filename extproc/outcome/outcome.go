@@ -14,6 +14,21 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// Custom tags the bootstrap asks Envoy to log (durations in microseconds).
+const (
+	TagTTFT   = "meridian.ttft_us"
+	TagDecode = "meridian.decode_us"
+)
+
+// micros parses a logged duration; "-" or garbage is unknown (0).
+func micros(s string) time.Duration {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Microsecond
+}
+
 // HeaderTicket carries the sidecar's ticket id on the request, for Envoy to log back.
 const HeaderTicket = "x-meridian-ticket"
 
@@ -23,8 +38,16 @@ type Record struct {
 	Upstream string // ip:port of the last engine tried; "" when none was reached
 	Status   int    // HTTP status sent downstream (0 if none)
 	TTFB     time.Duration
-	Duration time.Duration
-	Attempts int
+	// TTFT is the time from sending the request upstream to the first response body byte
+	// (the first token of a stream); 0 when unknown.
+	TTFT time.Duration
+	// Decode is the time from the first to the last response body byte, and BodyBytes the
+	// body's size: together a per-engine decode speed, comparable between engines of one
+	// model because their chunks have the same shape.
+	Decode    time.Duration
+	BodyBytes uint64
+	Duration  time.Duration
+	Attempts  int
 	// UpstreamFailure is set when Envoy could not get a response from an engine (connect
 	// failure, reset, timeout), as opposed to an engine answering with an error.
 	UpstreamFailure bool
@@ -72,6 +95,9 @@ func FromEntry(e *accesslogdatav3.HTTPAccessLogEntry) Record {
 	if d := c.GetDuration(); d != nil {
 		rec.Duration = d.AsDuration()
 	}
+	rec.TTFT = micros(c.GetCustomTags()[TagTTFT])
+	rec.Decode = micros(c.GetCustomTags()[TagDecode])
+	rec.BodyBytes = e.GetResponse().GetResponseBodyBytes()
 	if sa := c.GetUpstreamRemoteAddress().GetSocketAddress(); sa != nil {
 		rec.Upstream = net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10))
 	}

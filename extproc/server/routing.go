@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/picker"
@@ -14,7 +15,8 @@ type routing struct {
 	view      *xdsclient.View
 	penalties uint64 // guard.Penalties.Version the weights include
 	models    map[string]*modelRoute
-	engines   map[string]string // address -> engine name
+	engines   map[string]string        // address -> engine name
+	rtt       map[string]time.Duration // address -> network round trip from this node
 }
 
 type modelRoute struct {
@@ -29,7 +31,7 @@ type modelRoute struct {
 // newRouting builds the picker tables. Draining endpoints are left out: override_host
 // would send to them, since it does not check health.
 func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads) (*routing, error) {
-	r := &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}}
+	r := &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{}}
 	if pen != nil {
 		r.penalties = pen.Version
 	}
@@ -38,6 +40,7 @@ func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, load
 		var failover []string
 		for _, e := range m.Endpoints {
 			r.engines[e.Address] = e.Engine
+			r.rtt[e.Address] = time.Duration(e.RTTMillis * float64(time.Millisecond))
 			if e.Draining || e.Weight == 0 {
 				continue
 			}

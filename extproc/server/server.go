@@ -352,29 +352,53 @@ func (s *Server) OnOutcome(rec outcome.Record) {
 		return // answered by the sidecar itself (shed, bad request) or never routed
 	}
 	rt := s.routing.Load()
-	engine := ""
+	engine, rtt := "", time.Duration(0)
 	if rt != nil {
-		engine = rt.engines[rec.Upstream]
+		engine, rtt = rt.engines[rec.Upstream], rt.rtt[rec.Upstream]
 	}
 	ok := rec.Status > 0 && rec.Status < 500 && !rec.UpstreamFailure
 	if tracked && rec.Attempts > 1 && rec.Upstream != in.address {
 		// The primary failed and Envoy went down the list: that is the primary's error.
-		s.observe(in.engine, false, 0)
+		s.observe(in.engine, false, 0, 0)
 	}
 	if engine != "" {
-		ttft := time.Duration(0)
+		var ttft, itl time.Duration
 		if ok {
-			ttft = rec.TTFB
+			// Engine time only: the round trip is the network's, not the engine's.
+			ttft = max(firstToken(rec)-rtt, time.Microsecond)
+			itl = decodePerChunk(rec)
 		}
-		s.observe(engine, ok, ttft)
+		s.observe(engine, ok, ttft, itl)
 	}
 	if rec.Attempts > 1 {
 		s.retries.Spent(rec.Attempts - 1)
 	}
 }
 
-func (s *Server) observe(engine string, ok bool, ttft time.Duration) {
-	s.outliers.Observe(guard.Outcome{Engine: engine, OK: ok, TTFT: ttft})
+// firstToken is the time to the first body byte, or to the response headers when Envoy did
+// not log the former.
+func firstToken(rec outcome.Record) time.Duration {
+	if rec.TTFT > 0 {
+		return rec.TTFT
+	}
+	return rec.TTFB
+}
+
+// sseChunkBytes is about one streamed token's SSE event ("data: {...}\n\n"). Only ratios
+// between engines matter to the outlier check, so the constant need not be exact.
+const sseChunkBytes = 150
+
+// decodePerChunk estimates inter-token latency from the decode time and the body size;
+// 0 when the body is too small to say.
+func decodePerChunk(rec outcome.Record) time.Duration {
+	if rec.Decode <= 0 || rec.BodyBytes < 4*sseChunkBytes {
+		return 0
+	}
+	return time.Duration(float64(rec.Decode) * sseChunkBytes / float64(rec.BodyBytes))
+}
+
+func (s *Server) observe(engine string, ok bool, ttft, itl time.Duration) {
+	s.outliers.Observe(guard.Outcome{Engine: engine, OK: ok, TTFT: ttft, ITL: itl})
 	class := "ok"
 	if !ok {
 		class = "error"
