@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"regexp"
@@ -199,8 +200,8 @@ func (f *Fleet) Validate() []error {
 				bad(fmt.Sprintf("%s.models[%d]", p, j), "%q is not one of models[].name", m)
 			}
 		}
-		if !(e.CapacityRPS > 0) {
-			bad(p+".capacity_rps", "must be > 0 (got %v)", e.CapacityRPS)
+		if !(e.CapacityRPS > 0) || math.IsInf(e.CapacityRPS, 0) {
+			bad(p+".capacity_rps", "must be a finite number > 0 (got %v)", e.CapacityRPS)
 		}
 		if e.MaxInFlight < 0 {
 			bad(p+".max_in_flight", "must be >= 0 (got %d)", e.MaxInFlight)
@@ -218,8 +219,8 @@ func (f *Fleet) Validate() []error {
 		for _, r := range sortedKeys(regions) {
 			if v, ok := row[r]; !ok {
 				bad("rtt_ms."+c.Name+"."+r, "missing: no RTT from cluster %q to region %q", c.Name, r)
-			} else if v < 0 || v != v {
-				bad("rtt_ms."+c.Name+"."+r, "must be >= 0 (got %v)", v)
+			} else if !(v >= 0) || math.IsInf(v, 0) {
+				bad("rtt_ms."+c.Name+"."+r, "must be a finite number >= 0 (got %v)", v)
 			}
 		}
 	}
@@ -239,17 +240,18 @@ func (f *Fleet) Validate() []error {
 			bad("weights."+cn, "%q is not one of clusters[].name", cn)
 			continue
 		}
-		any := false
+		var sum uint64
 		for _, en := range sortedKeys(f.Weights[cn]) {
 			if !engines[en] {
 				bad("weights."+cn+"."+en, "%q is not one of engines[].name", en)
 			}
-			if f.Weights[cn][en] > 0 {
-				any = true
-			}
+			sum += uint64(f.Weights[cn][en])
 		}
-		if !any {
+		switch {
+		case sum == 0:
 			bad("weights."+cn, "every weight is 0: the cluster would have no engine")
+		case sum > math.MaxUint32:
+			bad("weights."+cn, "weights sum to %d; Envoy allows at most %d per cluster", sum, uint64(math.MaxUint32))
 		}
 	}
 	return errs

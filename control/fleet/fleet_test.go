@@ -57,10 +57,10 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 		{"unknown model on engine", func(s string) string {
 			return strings.Replace(s, "models: [llama], capacity_rps: 20", "models: [mistral], capacity_rps: 20", 1)
 		}, `engines[2].models[0]: "mistral" is not one of models[].name`},
-		{"zero capacity", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: 0", 1) }, "engines[2].capacity_rps: must be > 0"},
+		{"zero capacity", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: 0", 1) }, "engines[2].capacity_rps: must be a finite number > 0"},
 		{"duplicate engine", func(s string) string { return strings.Replace(s, "name: a-1", "name: a-0", 1) }, `engines[1].name: engine "a-0" is listed twice`},
 		{"missing rtt", func(s string) string { return strings.Replace(s, "region-b: {a: 40, b: 1}", "region-b: {a: 40}", 1) }, "rtt_ms.region-b.b: missing"},
-		{"negative rtt", func(s string) string { return strings.Replace(s, "{a: 40, b: 1}", "{a: -4, b: 1}", 1) }, "rtt_ms.region-b.a: must be >= 0"},
+		{"negative rtt", func(s string) string { return strings.Replace(s, "{a: 40, b: 1}", "{a: -4, b: 1}", 1) }, "rtt_ms.region-b.a: must be a finite number >= 0"},
 		{"weights unknown engine", func(s string) string { return strings.Replace(s, "a-0: 100", "zz: 100", 1) }, `weights.region-a.zz: "zz" is not one of engines[].name`},
 		{"weights all zero", func(s string) string { return strings.Replace(s, "{a-0: 100, a-1: 50, b-0: 0}", "{a-0: 0}", 1) }, "weights.region-a: every weight is 0"},
 		{"weights unknown cluster", func(s string) string { return strings.Replace(s, "  region-a: {a-0", "  region-z: {a-0", 1) }, `weights.region-z: "region-z" is not one of clusters[].name`},
@@ -69,6 +69,8 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 			return strings.Replace(strings.Replace(s, "  - name: llama\n  - name: qwen\n", "", 1), "models:\n", "models: []\n", 1)
 		}, "models: at least one model is required"},
 		{"empty file", func(string) string { return "" }, "is empty"},
+		{"infinite capacity", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: .inf", 1) }, "engines[2].capacity_rps: must be a finite number > 0"},
+		{"weights overflow", func(s string) string { return strings.Replace(s, "{a-0: 100, a-1: 50, b-0: 0}", "{a-0: 4294967295, a-1: 2}", 1) }, "weights.region-a: weights sum to 4294967297"},
 		{"wrong type", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: lots", 1) }, "cannot unmarshal"},
 	}
 	for _, tc := range cases {
