@@ -70,7 +70,9 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 		}, "models: at least one model is required"},
 		{"empty file", func(string) string { return "" }, "is empty"},
 		{"infinite capacity", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: .inf", 1) }, "engines[2].capacity_rps: must be a finite number > 0"},
-		{"weights overflow", func(s string) string { return strings.Replace(s, "{a-0: 100, a-1: 50, b-0: 0}", "{a-0: 4294967295, a-1: 2}", 1) }, "weights.region-a: weights sum to 4294967297"},
+		{"weights overflow", func(s string) string {
+			return strings.Replace(s, "{a-0: 100, a-1: 50, b-0: 0}", "{a-0: 4294967295, a-1: 2}", 1)
+		}, "weights.region-a: weights sum to 4294967297"},
 		{"wrong type", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: lots", 1) }, "cannot unmarshal"},
 	}
 	for _, tc := range cases {
