@@ -12,6 +12,7 @@ FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./extproc/request:FuzzParse \
 	./extproc/request:FuzzParseMatchesEncodingJSON \
+	./control/fleet:FuzzParse \
 	./sim/trace:FuzzReadMooncake \
 	./sim/trace:FuzzReadAzure
 
