@@ -16,6 +16,7 @@ const (
 	pcMinWeight = 0.5 // weights stay in [pcMinWeight, pcMaxWeight] (mean 1)
 	pcMaxWeight = 2
 	pcFailure   = 30 * time.Second // latency sample recorded for a failed attempt
+	pcPeriod    = time.Second      // how often the weights move
 )
 
 // pController is the old IRB design: each cluster routes by weighted consistent hashing on
@@ -28,10 +29,12 @@ type pController struct {
 	eff   []float64
 	score []float64
 	order []int
+	last  time.Duration // last adjustment
 }
 
 func newPController(f fleetShape, retries int) *pController {
-	p := &pController{health: newHealth(f, retries), eff: make([]float64, f.engines), score: make([]float64, f.engines)}
+	p := &pController{health: newHealth(f, retries), eff: make([]float64, f.engines), score: make([]float64, f.engines),
+		last: -pcPeriod}
 	for range f.clusters {
 		w := make([]float64, f.engines)
 		for e := range w {
@@ -72,8 +75,12 @@ func (p *pController) Observe(_ time.Duration, o Outcome) {
 	*l += pcAlpha * (sample - *l)
 }
 
-func (p *pController) Tick(_ time.Duration, v *View) {
+func (p *pController) Tick(now time.Duration, v *View) {
 	p.tick(v)
+	if now-p.last < pcPeriod {
+		return
+	}
+	p.last = now
 	for c := range p.w {
 		p.adjust(p.w[c], p.lat[c])
 	}

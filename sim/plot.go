@@ -54,11 +54,18 @@ func PlotTTFTCDF(path string, results []Result, sc Scenario) error {
 func PlotWeights(path string, results []Result, cfg *Config) error {
 	rows := len(results)
 	plots := make([][]*plot.Plot, rows)
+	end := 0.0
+	for _, r := range results {
+		if n := len(r.Samples); n > 0 {
+			end = max(end, r.Samples[n-1].At.Seconds())
+		}
+	}
 	for i, r := range results {
 		p, err := weightsPanel(r, cfg)
 		if err != nil {
 			return err
 		}
+		p.X.Min, p.X.Max = 0, end // one time axis for every panel
 		plots[i] = []*plot.Plot{p}
 	}
 	const width, rowHeight = 8 * vg.Inch, 2.2 * vg.Inch

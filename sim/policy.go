@@ -12,7 +12,7 @@ type Policy interface {
 	Route(now time.Duration, r *Request) Route
 	// Observe learns what happened to an attempt.
 	Observe(now time.Duration, o Outcome)
-	// Tick runs every second of virtual time with the freshly scraped engine signals.
+	// Tick runs every 250 ms of virtual time with the freshly scraped engine signals.
 	Tick(now time.Duration, v *View)
 	// Weights writes cluster c's intended traffic share per engine into dst (summing to 1,
 	// or all zero when the policy has none), for plots and churn.
@@ -48,6 +48,8 @@ type Outcome struct {
 	TTFT time.Duration
 	// CachedBlocks is how many prompt blocks the engine found cached, for FirstToken.
 	CachedBlocks int
+	// ITL is the attempt's mean inter-token latency, for Done (0 for one-token answers).
+	ITL time.Duration
 }
 
 // View is what a policy can see of the fleet at a tick: a scrape of every engine.
@@ -71,10 +73,10 @@ type EngineView struct {
 }
 
 // PolicyNames lists the policies a run can compare, in report order.
-var PolicyNames = []string{"round-robin", "least-request", "prefix-hash", "p-controller"}
+var PolicyNames = []string{"round-robin", "least-request", "prefix-hash", "p-controller", "meridian", "meridian-defaults"}
 
 // newPolicy builds the named policy for a fleet of engines across clusters.
-func newPolicy(name string, f fleetShape, cfg *Config, _ *Workload) (Policy, error) {
+func newPolicy(name string, f fleetShape, cfg *Config, w *Workload) (Policy, error) {
 	retries := cfg.Retries
 	switch name {
 	case "round-robin":
@@ -85,6 +87,10 @@ func newPolicy(name string, f fleetShape, cfg *Config, _ *Workload) (Policy, err
 		return newPrefixHash(f, retries), nil
 	case "p-controller":
 		return newPController(f, retries), nil
+	case "meridian":
+		return newMeridian(f, cfg, w, fleetTuning(w))
+	case "meridian-defaults":
+		return newMeridian(f, cfg, w, defaultTuning(w))
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, PolicyNames)
 }

@@ -11,8 +11,8 @@ import (
 )
 
 const (
-	tickPeriod   = time.Second // policy ticks and scrapes
-	samplePeriod = time.Second // weight samples
+	tickPeriod   = 250 * time.Millisecond // policy ticks and scrapes (the sidecar's penalty interval)
+	samplePeriod = time.Second            // weight samples
 	// drainLimit bounds how long after the last arrival a run keeps going; requests still
 	// unfinished then count as failed.
 	drainLimit = 2 * time.Hour
@@ -102,6 +102,9 @@ func (r *run) rtt(c, e int) time.Duration { return r.view.RTT[c][e] }
 
 // simulate processes every event; it returns ctx's error if ctx ends first.
 func (r *run) simulate(ctx context.Context) error {
+	// The first tick comes first: a sidecar serves only once it has its first weights.
+	r.events.push(event{at: 0, kind: evTick})
+	r.events.push(event{at: 0, kind: evSample})
 	for i := range r.w.Requests {
 		r.states[i].r = &r.w.Requests[i]
 		r.events.push(event{at: r.w.Requests[i].Arrival, kind: evArrival, req: &r.states[i]})
@@ -109,8 +112,6 @@ func (r *run) simulate(ctx context.Context) error {
 	for i, a := range r.w.Actions {
 		r.events.push(event{at: a.At, kind: evScenario, action: i})
 	}
-	r.events.push(event{at: 0, kind: evTick})
-	r.events.push(event{at: 0, kind: evSample})
 	deadline := r.w.Span + drainLimit
 	for n := 0; r.events.len() > 0; n++ {
 		ev := r.events.pop()
@@ -253,8 +254,13 @@ func (r *run) Token(er *engine.Request, at time.Duration) {
 func (r *run) Finished(er *engine.Request, at time.Duration) {
 	st := r.cur.active[er]
 	delete(r.cur.active, er)
-	st.finish = at + r.rtt(st.r.Cluster, st.engine)/2
-	r.policy.Observe(r.now, Outcome{Kind: Done, Request: st.r, Engine: st.engine})
+	half := r.rtt(st.r.Cluster, st.engine) / 2
+	st.finish = at + half
+	var itl time.Duration
+	if er.Generated > 1 {
+		itl = (at - (st.firstToken - half)) / time.Duration(er.Generated-1)
+	}
+	r.policy.Observe(r.now, Outcome{Kind: Done, Request: st.r, Engine: st.engine, ITL: itl})
 	r.end(st, completed)
 }
 

@@ -91,6 +91,9 @@ func TestSteadyRunDistinguishesPolicies(t *testing.T) {
 	if rr, ph := r["round-robin"].KVHitRate, r["prefix-hash"].KVHitRate; !(ph > 2*rr) {
 		t.Errorf("prefix-hash hit rate %v not above 2x round-robin's %v", ph, rr)
 	}
+	if rr, m := r["round-robin"].KVHitRate, r["meridian"].KVHitRate; !(m > 2*rr) {
+		t.Errorf("meridian hit rate %v not above 2x round-robin's %v", m, rr)
+	}
 	if r["round-robin"].WeightChurn != 0 || r["p-controller"].WeightChurn <= 0 {
 		t.Errorf("churn: round-robin %v (want 0), p-controller %v (want > 0)",
 			r["round-robin"].WeightChurn, r["p-controller"].WeightChurn)

@@ -20,9 +20,9 @@ type Request struct {
 	InputTokens, OutputTokens int
 	// Blocks are the prompt's prefix-chained block hashes (nil when the trace has none).
 	Blocks []uint64
-	// Key is the prefix key consistent-hashing policies hash on: the hash of the prompt's
-	// first block, so every turn of a conversation shares it. Requests without blocks get
-	// a unique key.
+	// Key is the prefix key consistent-hashing policies hash on: the chained block hash at
+	// the sidecar's affinity depth (see keyBlocks), so every request sharing that prefix
+	// shares it. Requests without blocks get a unique key.
 	Key uint64
 }
 
@@ -84,35 +84,36 @@ func BuildWorkload(c *Config) (*Workload, error) {
 		return nil, fmt.Errorf("rescale the trace to %.2f x capacity: %w", w.Load, err)
 	}
 	w.Span = scaled[len(scaled)-1].Arrival
-	regions := len(c.Regions)
+	kb := keyBlocks()
 	for i, r := range scaled {
-		w.Requests = append(w.Requests, c.newRequest(i, r, regions))
+		w.Requests = append(w.Requests, c.newRequest(i, r, kb))
 	}
 	if c.Scenario == Step {
-		w.Requests = c.addStep(w.Requests, scaled, w.Span)
+		w.Requests = c.addStep(w.Requests, scaled, w.Span, kb)
 	}
 	w.Actions = c.actions(w.Span)
 	w.UpperBound = upperBound(w.Requests)
 	return w, nil
 }
 
-func (c *Config) newRequest(id int, r trace.Request, regions int) Request {
+func (c *Config) newRequest(id int, r trace.Request, keyBlocks int) Request {
 	req := Request{ID: id, Arrival: r.Arrival, InputTokens: r.InputTokens,
 		OutputTokens: max(r.OutputTokens, 1), Blocks: r.HashIDs}
+	conv := uint64(id) | 1<<63
+	req.Key = mix(conv, c.Seed)
 	if len(r.HashIDs) > 0 {
-		req.Key = mix(r.HashIDs[0], c.Seed)
-	} else {
-		req.Key = mix(uint64(id)|1<<63, c.Seed)
+		conv = r.HashIDs[0]
+		req.Key = mix(r.HashIDs[min(len(r.HashIDs), keyBlocks)-1], c.Seed)
 	}
 	// A conversation (same first block) always enters through the same region.
-	req.Cluster = int(mix(req.Key, c.Seed^0x5eed) % uint64(regions))
+	req.Cluster = int(mix(conv, c.Seed^0x5eed) % uint64(len(c.Regions)))
 	return req
 }
 
 // addStep doubles region 0's demand in the middle third: for each of its requests there,
 // another request of the trace, relabelled so its blocks are new conversations, arrives
 // within the same inter-arrival gap.
-func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Duration) []Request {
+func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Duration, keyBlocks int) []Request {
 	from, to := span/3, 2*span/3
 	n := len(scaled)
 	gap := time.Duration(float64(span) / float64(n) * float64(len(c.Regions)))
@@ -130,7 +131,7 @@ func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Durat
 			for i, h := range src.HashIDs {
 				e.Blocks[i] = h | 1<<62 // a new user population with the same structure
 			}
-			e.Key = mix(e.Blocks[0], c.Seed)
+			e.Key = mix(e.Blocks[min(len(e.Blocks), keyBlocks)-1], c.Seed)
 		} else {
 			e.Key = mix(uint64(e.ID)|1<<63, c.Seed)
 		}
@@ -165,6 +166,15 @@ func upperBound(reqs []Request) float64 {
 		tr[i] = trace.Request{Arrival: r.Arrival, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, HashIDs: r.Blocks}
 	}
 	return trace.Summarize(tr).HitRateUpperBound
+}
+
+// keyBlocks is how many trace blocks the sidecar's routing key covers: its affinity depth
+// (AffinityBlocks blocks of BlockBytes prompt bytes, at 4 bytes a token) in blocks of
+// trace.BlockTokens tokens, at least one.
+func keyBlocks() int {
+	cfg := sidecarConfig()
+	tokens := cfg.AffinityBlocks * cfg.Request.BlockBytes / 4
+	return max(1, tokens/trace.BlockTokens)
 }
 
 // mix hashes x with a seed into a well-spread 64-bit value.
