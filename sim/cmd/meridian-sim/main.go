@@ -233,6 +233,13 @@ func writeSummary(o options, all []scenarioResult) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# meridian-sim results\n\nCommand: `%s`\n\n", o.commandRec)
 	fmt.Fprintf(&b, "%s\n", sim.Describe(all[0].workload, all[0].cfg))
+	byScenario := map[sim.Scenario][]sim.Result{}
+	for _, r := range all {
+		byScenario[r.scenario] = r.results
+	}
+	if ts := sim.Targets(byScenario); len(ts) > 0 {
+		fmt.Fprintf(&b, "## Targets\n\n%s\n", sim.TargetTable(ts))
+	}
 	for _, r := range all {
 		fmt.Fprintf(&b, "## %s (%.2f x capacity, %v of wall time)\n", r.scenario, r.workload.Load, r.wall.Round(time.Second))
 		b.WriteString(sim.Table(r.results, r.workload))
