@@ -15,12 +15,12 @@ func TestTargets(t *testing.T) {
 	}
 	want := map[string]bool{
 		"meridian TTFT p99 <= 0.5x the best of round-robin, least-request, p-controller": true, // 4000 <= 4000
-		"meridian kv_hit_rate >= 2x round-robin's":                                      true,
-		"meridian kv_hit_rate >= 0.9x prefix-hash's":                                    false, // 0.25 < 0.27
-		"meridian sheds nothing":                                                        true,
-		"p-controller weight churn >= 3x meridian's":                                    true, // 4.5x
-		"meridian sheds <= the excess over capacity + 2 points":                         false, // 36% > 35.3%
-		"meridian TTFT p99 of admitted requests <= 2x its steady p99":                   false, // 9000 > 8000
+		"meridian kv_hit_rate >= 2x round-robin's":                                       true,
+		"meridian kv_hit_rate >= 0.9x prefix-hash's":                                     false, // 0.25 < 0.27
+		"meridian sheds nothing":                                                         true,
+		"p-controller weight churn >= 3x meridian's":                                     true,  // 4.5x
+		"meridian sheds <= the excess over capacity + 2 points":                          false, // 36% > 35.3%
+		"meridian TTFT p99 of admitted requests <= 2x its steady p99":                    false, // 9000 > 8000
 	}
 	got := Targets(results)
 	if len(got) != len(want) {
