@@ -63,9 +63,13 @@ func (l *loadReports) StreamLoad(stream meridianv1.LoadReporting_StreamLoadServe
 		ps.ch <- p
 	}
 	l.mu.Unlock()
+	key := sidecarKey{node, first.GetSidecarId()}
 	defer func() {
 		l.mu.Lock()
 		delete(l.streams[node], ps)
+		// A sidecar whose stream ended no longer offers demand; a restarted one reports
+		// under a new id, and counting both would double the node's demand.
+		delete(l.latest, key)
 		l.mu.Unlock()
 	}()
 	l.store(first)

@@ -54,11 +54,17 @@ type PriorityConfig struct {
 // DefaultConfig is what the sidecar runs with unless configured.
 func DefaultConfig(log *slog.Logger) Config {
 	pc := picker.DefaultConfig()
+	oc := guard.DefaultOutlierConfig()
+	// An engine at the minimum factor gets almost no traffic, so its statistics barely
+	// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
+	// restarted engine is back in use within about 15 s, and a still-broken one is pushed
+	// down again within a second of being tried.
+	oc.RecoverHalfLife = 5 * time.Second
 	return Config{
 		Request:         request.DefaultOptions(),
 		AffinityBlocks:  16,
 		Picker:          pc,
-		Outliers:        guard.DefaultOutlierConfig(),
+		Outliers:        oc,
 		Retry:           guard.DefaultRetryConfig(),
 		Shed:            guard.DefaultShedConfig(),
 		Priority:        PriorityConfig{Default: 1, Header: "x-meridian-priority"},

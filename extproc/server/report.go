@@ -146,7 +146,7 @@ func (s *Server) Report(ctx context.Context, conn grpc.ClientConnInterface, node
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -108,6 +109,14 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	}
 	conn, err := grpc.NewClient(f.control,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// gRPC's default reconnect backoff grows to 2 minutes; after a control server
+		// restart the sidecar must be back within seconds, so cap it at 2 s, and let streams
+		// wait for the connection instead of failing on a channel still in backoff.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
 	if err != nil {
 		return fmt.Errorf("control server %s: %w", f.control, err)
@@ -140,10 +149,15 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	go srv.Run(ctx)
 	go srv.Report(ctx, conn, f.nodeID, f.sidecarID)
 	errc := make(chan error, 3)
-	go func() { errc <- gs.Serve(ln) }()
+	go func() {
+		// Until the first xDS view arrives the sidecar could only pass requests through
+		// unsteered; while it does not listen, Envoy fails open to the same weights instead.
+		waitReady(ctx, srv, 10*time.Second)
+		errc <- gs.Serve(ln)
+	}()
 	go func() { errc <- hs.Serve(httpLn) }()
 	go func() {
-		errc <- xdsclient.Run(ctx, xdsclient.Config{NodeID: f.nodeID, Conn: conn, OnUpdate: srv.Update, Log: cfg.Log})
+		errc <- xdsclient.Run(ctx, xdsclient.Config{NodeID: f.nodeID, Conn: conn, OnUpdate: srv.Update, Log: cfg.Log, MaxBackoff: 2 * time.Second})
 	}()
 	select {
 	case <-ctx.Done():
@@ -161,4 +175,12 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return err
+}
+
+// waitReady returns when srv has a routing snapshot, ctx ends, or limit passes.
+func waitReady(ctx context.Context, srv *server.Server, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for !srv.Ready() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
 }
