@@ -1,0 +1,274 @@
+package signals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+// Config controls smoothing, staleness and curve fitting.
+type Config struct {
+	// HalfLife is the EWMA half-life of every smoothed signal.
+	HalfLife time.Duration `json:"half_life"`
+	// StaleAfter is how long an engine may go without a successful scrape
+	// (and without a sidecar seeing it answer) before it is Suspect. It is
+	// also the grace a newly listed engine gets before its first scrape.
+	StaleAfter time.Duration `json:"stale_after"`
+	// ForgetAfter is how long a silent sidecar's demand keeps counting. Until
+	// then its last demand holds: a node that stops reporting is not idle.
+	ForgetAfter time.Duration `json:"forget_after"`
+	// FailingErrorRate is the smoothed share of requests failing, as
+	// sidecars see them, at which an engine is Failing.
+	FailingErrorRate float64   `json:"failing_error_rate"`
+	Fit              FitConfig `json:"fit"`
+}
+
+// DefaultConfig suits a 1 s control period and scrapes every few seconds.
+func DefaultConfig() Config {
+	return Config{
+		HalfLife:         10 * time.Second,
+		StaleAfter:       15 * time.Second,
+		ForgetAfter:      5 * time.Minute,
+		FailingErrorRate: 0.5,
+		Fit:              FitConfig{HalfLife: 10 * time.Minute, MinWeight: 20, MinSpread: 0.05, Window: 512},
+	}
+}
+
+// Validate reports the first unusable field, naming it.
+func (c Config) Validate() error {
+	switch {
+	case c.HalfLife <= 0:
+		return fmt.Errorf("signals.half_life %v must be > 0", c.HalfLife)
+	case c.StaleAfter <= 0:
+		return fmt.Errorf("signals.stale_after %v must be > 0", c.StaleAfter)
+	case c.ForgetAfter < c.StaleAfter:
+		return fmt.Errorf("signals.forget_after %v must be ≥ stale_after %v", c.ForgetAfter, c.StaleAfter)
+	case !(c.FailingErrorRate > 0 && c.FailingErrorRate <= 1):
+		return fmt.Errorf("signals.failing_error_rate %v must be in (0, 1]", c.FailingErrorRate)
+	case c.Fit.HalfLife <= 0:
+		return fmt.Errorf("signals.fit.half_life %v must be > 0", c.Fit.HalfLife)
+	case !(c.Fit.MinWeight > 0):
+		return fmt.Errorf("signals.fit.min_weight %v must be > 0", c.Fit.MinWeight)
+	case !(c.Fit.MinSpread >= 0):
+		return fmt.Errorf("signals.fit.min_spread %v must be ≥ 0", c.Fit.MinSpread)
+	case c.Fit.Window < 2:
+		return fmt.Errorf("signals.fit.window %d must be ≥ 2", c.Fit.Window)
+	}
+	return nil
+}
+
+// Aggregator turns scrapes and sidecar load reports into smoothed solver
+// inputs. All methods are safe for concurrent use; the clock is injected so
+// tests and the simulator can run it on virtual time.
+type Aggregator struct {
+	cfg Config
+	now func() time.Time
+
+	mu       sync.Mutex
+	engines  map[string]*engineState
+	sidecars map[sidecarKey]*sidecarState
+}
+
+type sidecarKey struct{ node, sidecar string }
+
+type sidecarState struct {
+	last   time.Time
+	demand map[string]*ewma // by model, req/s
+}
+
+type engineState struct {
+	listed              time.Time // first seen in a Snapshot or an observation
+	prev                *Sample   // last scrape, for rates
+	prevAt, lastScrape  time.Time
+	lastServed          time.Time // a sidecar saw it answer
+	lastError           string
+	missing             []string
+	running, waiting    ewma
+	kvCache, prefixHit  ewma
+	arrival             ewma
+	ttft, itl, e2e      ewma
+	errRate, penalty    ewma
+	sidecarTTFT         ewma
+	fit                 fitter
+	everScraped, served bool
+}
+
+// NewAggregator returns an Aggregator; now is its clock (time.Now in
+// production).
+func NewAggregator(cfg Config, now func() time.Time) (*Aggregator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if now == nil {
+		return nil, errors.New("signals: NewAggregator needs a clock")
+	}
+	return &Aggregator{cfg: cfg, now: now, engines: map[string]*engineState{}, sidecars: map[sidecarKey]*sidecarState{}}, nil
+}
+
+func (a *Aggregator) engine(name string, now time.Time) *engineState {
+	st := a.engines[name]
+	if st == nil {
+		st = &engineState{listed: now}
+		a.engines[name] = st
+	}
+	return st
+}
+
+// ObserveScrape ingests one successful scrape of engine, taken now.
+// Counters and histograms become rates against the previous scrape; a
+// counter that went backwards (a restart) only resets the baseline.
+func (a *Aggregator) ObserveScrape(engine string, s Sample) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	st := a.engine(engine, now)
+	span := a.cfg.HalfLife // the first scrape sets the averages outright
+	if st.prev != nil {
+		span = now.Sub(st.prevAt)
+		if span > 0 {
+			st.ingestRates(s, *st.prev, span, now, a.cfg)
+		}
+	}
+	st.running.add(s.Running, span, a.cfg.HalfLife)
+	st.waiting.add(s.Waiting, span, a.cfg.HalfLife)
+	if !slices.Contains(s.Missing, "vllm:kv_cache_usage_perc") {
+		st.kvCache.add(s.KVCacheUsage, span, a.cfg.HalfLife)
+	}
+	st.prev, st.prevAt, st.lastScrape = &s, now, now
+	st.everScraped, st.lastError, st.missing = true, "", s.Missing
+}
+
+// ingestRates turns the change since prev into arrival rate, latencies,
+// prefix-cache hit rate and a (load, TTFT) point for the curve fit.
+func (st *engineState) ingestRates(s, prev Sample, span time.Duration, now time.Time, cfg Config) {
+	hl := cfg.HalfLife
+	if d, ok := s.TTFT.Sub(prev.TTFT); ok {
+		rate := d.Count / span.Seconds()
+		st.arrival.add(rate, span, hl)
+		if d.Count > 0 {
+			st.ttft.add(d.Mean(), span, hl)
+			st.fit.add(point{load: rate, ttft: d.Mean(), at: now}, cfg.Fit.Window)
+		}
+	}
+	if d, ok := s.ITL.Sub(prev.ITL); ok && d.Count > 0 {
+		st.itl.add(d.Mean(), span, hl)
+	}
+	if d, ok := s.E2E.Sub(prev.E2E); ok && d.Count > 0 {
+		st.e2e.add(d.Mean(), span, hl)
+	}
+	dq, dh := s.PrefixQueries-prev.PrefixQueries, s.PrefixHits-prev.PrefixHits
+	if dq > 0 && dh >= 0 && dh <= dq {
+		st.prefixHit.add(dh/dq, span, hl)
+	}
+}
+
+// ObserveScrapeError records a failed scrape. The engine's signals are not
+// touched: if failures last StaleAfter, the engine turns Suspect.
+func (a *Aggregator) ObserveScrapeError(engine string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.engine(engine, a.now()).lastError = err.Error()
+}
+
+// ErrBadReport wraps every reason ObserveReport rejects a report for.
+var ErrBadReport = errors.New("bad load report")
+
+// ObserveReport ingests one sidecar's load report: its demand per model and
+// what it saw of each engine (errors, penalty, TTFT).
+func (a *Aggregator) ObserveReport(r *meridianv1.LoadReport) error {
+	if err := checkReport(r); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	span := time.Duration(r.GetWindowSeconds() * float64(time.Second))
+	hl := a.cfg.HalfLife
+	key := sidecarKey{r.GetNodeId(), r.GetSidecarId()}
+	sc := a.sidecars[key]
+	if sc == nil {
+		sc = &sidecarState{demand: map[string]*ewma{}}
+		a.sidecars[key] = sc
+	}
+	sc.last = now
+	for _, d := range r.GetDemand() {
+		e := sc.demand[d.GetModel()]
+		if e == nil {
+			e = &ewma{}
+			sc.demand[d.GetModel()] = e
+		}
+		e.add(d.GetRequestsPerSecond(), span, hl)
+	}
+	for _, o := range r.GetEngines() {
+		st := a.engine(o.GetEngine(), now)
+		if n := o.GetRequests(); n > 0 {
+			st.errRate.add(float64(o.GetErrors())/float64(n), span, hl)
+			if o.GetErrors() < n {
+				st.lastServed, st.served = now, true
+			}
+			if t := o.GetTtftP50Seconds(); t > 0 {
+				st.sidecarTTFT.add(t, span, hl)
+			}
+		}
+		if p := o.GetPenalty(); p > 0 && p <= 1 {
+			st.penalty.add(p, span, hl)
+		}
+	}
+	return nil
+}
+
+func checkReport(r *meridianv1.LoadReport) error {
+	switch {
+	case r.GetNodeId() == "":
+		return fmt.Errorf("%w: node_id is empty", ErrBadReport)
+	case !(r.GetWindowSeconds() > 0) || math.IsInf(r.GetWindowSeconds(), 0):
+		return fmt.Errorf("%w: node %q: window_seconds %v must be > 0", ErrBadReport, r.GetNodeId(), r.GetWindowSeconds())
+	}
+	for i, d := range r.GetDemand() {
+		if v := d.GetRequestsPerSecond(); !(v >= 0) || math.IsInf(v, 0) || d.GetModel() == "" {
+			return fmt.Errorf("%w: node %q: demand[%d] (model %q) requests_per_second %v must be finite, ≥ 0 and name a model",
+				ErrBadReport, r.GetNodeId(), i, d.GetModel(), v)
+		}
+	}
+	for i, o := range r.GetEngines() {
+		if o.GetEngine() == "" || o.GetErrors() > o.GetRequests() {
+			return fmt.Errorf("%w: node %q: engines[%d] must name an engine and have errors (%d) ≤ requests (%d)",
+				ErrBadReport, r.GetNodeId(), i, o.GetErrors(), o.GetRequests())
+		}
+	}
+	return nil
+}
+
+// Target is an engine's metrics endpoint.
+type Target struct {
+	Engine string
+	URL    string
+}
+
+// ScrapeAll scrapes every target, at most parallel at a time, and records
+// each result. It returns when all are done or ctx ends; a scrape still
+// running when ctx ends fails and is recorded as such.
+func (a *Aggregator) ScrapeAll(ctx context.Context, sc *Scraper, targets []Target, parallel int) {
+	sem := make(chan struct{}, max(1, parallel))
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s, err := sc.Scrape(ctx, t.URL)
+			if err != nil {
+				a.ObserveScrapeError(t.Engine, err)
+				return
+			}
+			a.ObserveScrape(t.Engine, s)
+		}()
+	}
+	wg.Wait()
+}

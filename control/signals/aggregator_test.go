@@ -1,0 +1,208 @@
+package signals
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/meridian-router/meridian/control/solver"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+// fakeClock is a manual clock for the aggregator.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func newTestAggregator(t *testing.T) (*Aggregator, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	a, err := NewAggregator(DefaultConfig(), clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, clk
+}
+
+var spec = EngineSpec{Name: "e1", Models: []string{"llama"}, Capacity: 50, Curve: solver.Curve{Base: 0.2, Queue: 0.2}}
+
+func report(node, sidecar string, rps float64, obs ...*meridianv1.EngineObservation) *meridianv1.LoadReport {
+	return &meridianv1.LoadReport{NodeId: node, SidecarId: sidecar, WindowSeconds: 1,
+		Demand: []*meridianv1.ModelDemand{{Model: "llama", RequestsPerSecond: rps}}, Engines: obs}
+}
+
+func TestEngineStates(t *testing.T) {
+	cfg := DefaultConfig()
+	tests := []struct {
+		name  string
+		steps func(a *Aggregator, clk *fakeClock)
+		want  State
+	}{
+		{"listed, never heard, within grace", func(a *Aggregator, clk *fakeClock) {}, Unknown},
+		{"listed, never heard, grace over", func(a *Aggregator, clk *fakeClock) {
+			a.Snapshot([]EngineSpec{spec})
+			clk.advance(cfg.StaleAfter + time.Second)
+		}, Suspect},
+		{"scraped just now", func(a *Aggregator, clk *fakeClock) { a.ObserveScrape("e1", Sample{}) }, OK},
+		{"scrapes stopped", func(a *Aggregator, clk *fakeClock) {
+			a.ObserveScrape("e1", Sample{Running: 4})
+			clk.advance(cfg.StaleAfter + time.Second)
+			a.ObserveScrapeError("e1", errors.New("connection refused"))
+		}, Suspect},
+		{"scrapes stopped, sidecars see it answer", func(a *Aggregator, clk *fakeClock) {
+			a.ObserveScrape("e1", Sample{})
+			clk.advance(cfg.StaleAfter + time.Second)
+			mustReport(a, report("n1", "s1", 5, &meridianv1.EngineObservation{Engine: "e1", Requests: 10}))
+		}, Degraded},
+		{"most requests fail", func(a *Aggregator, clk *fakeClock) {
+			a.ObserveScrape("e1", Sample{})
+			mustReport(a, report("n1", "s1", 5, &meridianv1.EngineObservation{Engine: "e1", Requests: 10, Errors: 9}))
+		}, Failing},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, clk := newTestAggregator(t)
+			tt.steps(a, clk)
+			snap := a.Snapshot([]EngineSpec{spec})
+			es := snap.Engines["e1"]
+			if es.State != tt.want {
+				t.Fatalf("state %v, want %v", es.State, tt.want)
+			}
+			healthy := snap.SolverEngines([]EngineSpec{spec}, []string{"llama"})[0].Healthy
+			if wantHealthy := tt.want != Suspect && tt.want != Failing; healthy != wantHealthy || es.Suspect == wantHealthy {
+				t.Fatalf("healthy %v suspect %v for state %v", healthy, es.Suspect, es.State)
+			}
+		})
+	}
+}
+
+func mustReport(a *Aggregator, r *meridianv1.LoadReport) {
+	if err := a.ObserveReport(r); err != nil {
+		panic(err)
+	}
+}
+
+// TestSuspectIsNotIdle: a stale engine keeps its last smoothed load in the
+// snapshot (it is not reported as idle) and gets no traffic.
+func TestSuspectIsNotIdle(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	a.ObserveScrape("e1", Sample{Running: 12, Waiting: 30})
+	clk.advance(time.Minute)
+	es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]
+	if es.State != Suspect || es.Running != 12 || es.Waiting != 30 {
+		t.Fatalf("state %v running %v waiting %v: a silent engine must be suspect with its last load", es.State, es.Running, es.Waiting)
+	}
+}
+
+func TestScrapeRates(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	h := func(count, sum float64) Histogram {
+		return Histogram{Count: count, Sum: sum, Bounds: []float64{1}, Cumulative: []float64{count}}
+	}
+	a.ObserveScrape("e1", Sample{TTFT: h(100, 20), ITL: h(1000, 30), PrefixQueries: 1000, PrefixHits: 100})
+	clk.advance(5 * time.Second)
+	a.ObserveScrape("e1", Sample{TTFT: h(150, 35), ITL: h(2000, 50), PrefixQueries: 3000, PrefixHits: 1700})
+	es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]
+	want := map[string]float64{"arrival": 10, "ttft": 0.3, "itl": 0.02, "prefix hit": 0.8}
+	got := map[string]float64{"arrival": es.ArrivalRate, "ttft": es.TTFT, "itl": es.ITL, "prefix hit": es.PrefixHitRate}
+	for k := range want {
+		if math.Abs(got[k]-want[k]) > 1e-12 {
+			t.Errorf("%s = %v, want %v", k, got[k], want[k])
+		}
+	}
+	// A restart resets the counters: no negative rate, the last one holds.
+	clk.advance(5 * time.Second)
+	a.ObserveScrape("e1", Sample{TTFT: h(3, 1)})
+	if es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]; es.ArrivalRate != 10 || es.TTFT != 0.3 {
+		t.Errorf("after a counter reset: arrival %v ttft %v, want the previous 10 and 0.3", es.ArrivalRate, es.TTFT)
+	}
+}
+
+// TestHalfLife: an observation spanning one half-life moves the average
+// halfway, and two spanning half as long each do the same.
+func TestHalfLife(t *testing.T) {
+	hl := DefaultConfig().HalfLife
+	for _, tt := range []struct {
+		spans []time.Duration
+		want  float64
+	}{
+		{[]time.Duration{hl}, 5},
+		{[]time.Duration{hl / 2, hl / 2}, 5},
+		{[]time.Duration{2 * hl}, 7.5},
+	} {
+		var e ewma
+		e.add(0, 0, hl)
+		for _, s := range tt.spans {
+			e.add(10, s, hl)
+		}
+		if math.Abs(e.value(-1)-tt.want) > 1e-9 {
+			t.Errorf("spans %v: %v, want %v", tt.spans, e.value(-1), tt.want)
+		}
+	}
+}
+
+func TestDemand(t *testing.T) {
+	cfg := DefaultConfig()
+	a, clk := newTestAggregator(t)
+	mustReport(a, report("n1", "s1", 10))
+	mustReport(a, report("n1", "s2", 5))
+	mustReport(a, report("n2", "s1", 7))
+	snap := a.Snapshot(nil)
+	if got := snap.SolverDemand([]string{"n1", "n2", "n3"}, []string{"llama", "other"}); !reflect.DeepEqual(got, [][]float64{{15, 0}, {7, 0}, {0, 0}}) {
+		t.Fatalf("demand %v", got)
+	}
+	// n2 goes silent: its demand holds while stale, then is forgotten.
+	clk.advance(cfg.StaleAfter + time.Second)
+	mustReport(a, report("n1", "s1", 10))
+	mustReport(a, report("n1", "s2", 5))
+	snap = a.Snapshot(nil)
+	if snap.Demand["n2"]["llama"] != 7 || !reflect.DeepEqual(snap.StaleNodes, []string{"n2"}) {
+		t.Fatalf("stale node: demand %v stale %v", snap.Demand["n2"], snap.StaleNodes)
+	}
+	clk.advance(cfg.ForgetAfter + time.Second)
+	if snap = a.Snapshot(nil); len(snap.Demand) != 0 {
+		t.Fatalf("after ForgetAfter: demand %v", snap.Demand)
+	}
+}
+
+func TestPenaltyScalesCapacity(t *testing.T) {
+	a, _ := newTestAggregator(t)
+	a.ObserveScrape("e1", Sample{})
+	mustReport(a, report("n1", "s1", 5, &meridianv1.EngineObservation{Engine: "e1", Requests: 10, Penalty: 0.5}))
+	eng := a.Snapshot([]EngineSpec{spec}).SolverEngines([]EngineSpec{spec}, []string{"other", "llama"})[0]
+	if eng.Capacity != 25 || !reflect.DeepEqual(eng.Models, []int{1}) || !eng.Healthy {
+		t.Fatalf("engine %+v: want capacity 25 (50 × penalty 0.5), models [1], healthy", eng)
+	}
+}
+
+func TestBadReports(t *testing.T) {
+	a, _ := newTestAggregator(t)
+	for _, r := range []*meridianv1.LoadReport{
+		{WindowSeconds: 1},
+		{NodeId: "n", WindowSeconds: 0},
+		{NodeId: "n", WindowSeconds: 1, Demand: []*meridianv1.ModelDemand{{Model: "m", RequestsPerSecond: math.NaN()}}},
+		{NodeId: "n", WindowSeconds: 1, Engines: []*meridianv1.EngineObservation{{Engine: "e", Requests: 1, Errors: 2}}},
+	} {
+		if err := a.ObserveReport(r); !errors.Is(err, ErrBadReport) {
+			t.Errorf("report %v: error %v, want ErrBadReport", r, err)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.HalfLife = 0 },
+		func(c *Config) { c.ForgetAfter = c.StaleAfter / 2 },
+		func(c *Config) { c.FailingErrorRate = 1.5 },
+		func(c *Config) { c.Fit.Window = 1 },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if _, err := NewAggregator(c, time.Now); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package signals
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/meridian-router/meridian/control/solver"
+)
+
+// State is what the signals say about an engine.
+type State int
+
+const (
+	// Unknown: listed less than StaleAfter ago and not scraped yet. It is
+	// trusted with its configured curve until the grace ends.
+	Unknown State = iota
+	// OK: scraped within StaleAfter.
+	OK
+	// Degraded: its metrics are stale, but sidecars saw it answer within
+	// StaleAfter, so it serves and only its metrics endpoint is down.
+	Degraded
+	// Suspect: no scrape and no answer seen for StaleAfter. It gets no
+	// traffic: an engine whose signals stopped must not look idle.
+	Suspect
+	// Failing: sidecars see at least FailingErrorRate of its requests fail.
+	Failing
+)
+
+var stateNames = [...]string{"unknown", "ok", "degraded", "suspect", "failing"}
+
+func (s State) String() string {
+	if s < 0 || int(s) >= len(stateNames) {
+		return fmt.Sprintf("state(%d)", int(s))
+	}
+	return stateNames[s]
+}
+
+// MarshalText makes State readable in the introspection JSON.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// EngineSpec is what the fleet file says about an engine.
+type EngineSpec struct {
+	Name   string
+	Models []string
+	// Capacity is the configured saturation rate (req/s).
+	Capacity float64
+	// Curve is the default latency curve, used until one is fitted.
+	Curve solver.Curve
+}
+
+// EngineState is the aggregated view of one engine. Smoothed values are 0
+// until the first observation of their kind.
+type EngineState struct {
+	State State `json:"state"`
+	// Suspect is true for Suspect and Failing engines: plan no traffic.
+	Suspect bool `json:"suspect"`
+	// Penalty is the smoothed local penalty sidecars apply, in (0, 1]; 1
+	// without reports. Plan with Capacity × Penalty.
+	Penalty float64 `json:"penalty"`
+	// Curve is the fitted latency curve, or the spec's default when Fitted
+	// is false; FitWeight is the recency-weighted number of points behind it.
+	Curve     solver.Curve `json:"curve"`
+	Fitted    bool         `json:"fitted"`
+	FitWeight float64      `json:"fit_weight"`
+
+	ArrivalRate   float64 `json:"arrival_rps"`
+	Running       float64 `json:"running"`
+	Waiting       float64 `json:"waiting"`
+	KVCacheUsage  float64 `json:"kv_cache_usage"`
+	PrefixHitRate float64 `json:"prefix_hit_rate"`
+	TTFT          float64 `json:"ttft_seconds"`
+	ITL           float64 `json:"itl_seconds"`
+	E2E           float64 `json:"e2e_seconds"`
+	// SidecarTTFT is the smoothed median TTFT sidecars report, RTT included.
+	SidecarTTFT float64 `json:"sidecar_ttft_seconds"`
+	ErrorRate   float64 `json:"error_rate"`
+
+	LastScrape time.Time `json:"last_scrape,omitzero"`
+	LastServed time.Time `json:"last_served,omitzero"`
+	LastError  string    `json:"last_error,omitempty"`
+	// Missing lists vLLM signals the engine's /metrics lacks.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Snapshot is the aggregated inputs at one instant. It is a copy: the
+// caller owns it.
+type Snapshot struct {
+	At time.Time `json:"at"`
+	// Demand[node][model] is the smoothed offered load in req/s, summed
+	// over the node's sidecars.
+	Demand map[string]map[string]float64 `json:"demand_rps"`
+	// StaleNodes lists nodes none of whose sidecars reported within
+	// StaleAfter; their demand holds its last value until ForgetAfter.
+	StaleNodes []string `json:"stale_nodes,omitempty"`
+	// Engines has one entry per spec passed to Snapshot.
+	Engines map[string]EngineState `json:"engines"`
+}
+
+// Snapshot aggregates the current state for the given engines. Listing an
+// engine starts its grace period if nothing was heard from it yet.
+func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	snap := Snapshot{At: now, Demand: map[string]map[string]float64{}, Engines: make(map[string]EngineState, len(specs))}
+	a.demand(now, &snap)
+	for _, spec := range specs {
+		snap.Engines[spec.Name] = a.engineState(a.engine(spec.Name, now), spec, now)
+	}
+	return snap
+}
+
+func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
+	fresh := map[string]bool{}
+	for key, sc := range a.sidecars {
+		age := now.Sub(sc.last)
+		if age > a.cfg.ForgetAfter {
+			delete(a.sidecars, key)
+			continue
+		}
+		fresh[key.node] = fresh[key.node] || age <= a.cfg.StaleAfter
+		m := snap.Demand[key.node]
+		if m == nil {
+			m = map[string]float64{}
+			snap.Demand[key.node] = m
+		}
+		for model, e := range sc.demand {
+			m[model] += e.value(0)
+		}
+	}
+	for node, ok := range fresh {
+		if !ok {
+			snap.StaleNodes = append(snap.StaleNodes, node)
+		}
+	}
+	slices.Sort(snap.StaleNodes)
+}
+
+func (a *Aggregator) engineState(st *engineState, spec EngineSpec, now time.Time) EngineState {
+	fresh := func(t time.Time) bool { return !t.IsZero() && now.Sub(t) <= a.cfg.StaleAfter }
+	es := EngineState{
+		Penalty:       math.Min(1, st.penalty.value(1)),
+		ArrivalRate:   st.arrival.value(0),
+		Running:       st.running.value(0),
+		Waiting:       st.waiting.value(0),
+		KVCacheUsage:  st.kvCache.value(0),
+		PrefixHitRate: st.prefixHit.value(0),
+		TTFT:          st.ttft.value(0),
+		ITL:           st.itl.value(0),
+		E2E:           st.e2e.value(0),
+		SidecarTTFT:   st.sidecarTTFT.value(0),
+		ErrorRate:     st.errRate.value(0),
+		LastScrape:    st.lastScrape,
+		LastServed:    st.lastServed,
+		LastError:     st.lastError,
+		Missing:       slices.Clone(st.missing),
+	}
+	switch {
+	case es.ErrorRate >= a.cfg.FailingErrorRate:
+		es.State = Failing
+	case fresh(st.lastScrape):
+		es.State = OK
+	case fresh(st.lastServed):
+		es.State = Degraded
+	case !st.everScraped && !st.served && now.Sub(st.listed) <= a.cfg.StaleAfter:
+		es.State = Unknown
+	default:
+		es.State = Suspect
+	}
+	es.Suspect = es.State == Suspect || es.State == Failing
+	es.Curve, es.FitWeight, es.Fitted = st.fit.fit(spec.Capacity, now, a.cfg.Fit, spec.Curve)
+	return es
+}
+
+// SolverDemand lays Demand out as solver.Problem wants it: [cluster][model]
+// in the given orders, 0 where nothing was reported.
+func (s Snapshot) SolverDemand(clusters, models []string) [][]float64 {
+	out := make([][]float64, len(clusters))
+	for c, node := range clusters {
+		out[c] = make([]float64, len(models))
+		for m, model := range models {
+			out[c][m] = s.Demand[node][model]
+		}
+	}
+	return out
+}
+
+// SolverEngines lays the specs out as solver engines: model names become
+// indices into models (names not there are dropped), capacity is scaled by
+// the penalty, suspect engines are unhealthy, and the curve is the fitted
+// one when there is one. Engines missing from the snapshot keep their spec.
+func (s Snapshot) SolverEngines(specs []EngineSpec, models []string) []solver.Engine {
+	out := make([]solver.Engine, len(specs))
+	for i, spec := range specs {
+		e := solver.Engine{Name: spec.Name, Capacity: spec.Capacity, Healthy: true, Curve: spec.Curve}
+		for _, name := range spec.Models {
+			if m := slices.Index(models, name); m >= 0 {
+				e.Models = append(e.Models, m)
+			}
+		}
+		if es, ok := s.Engines[spec.Name]; ok {
+			e.Capacity *= es.Penalty
+			e.Healthy = !es.Suspect
+			e.Curve = es.Curve
+		}
+		out[i] = e
+	}
+	return out
+}
