@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/envoy/resources"
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/extproc/guard"
@@ -27,11 +28,21 @@ type reply struct {
 	body     []byte
 }
 
+// post sends a chat completion request and fails the test if no answer comes.
 func post(ctx context.Context, t *testing.T, url string, body []byte, hdr map[string]string) reply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	r, err := send(ctx, url, body, hdr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return r
+}
+
+// send is post for goroutines other than the test's.
+func send(ctx context.Context, url string, body []byte, hdr map[string]string) (reply, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return reply{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range hdr {
@@ -39,14 +50,14 @@ func post(ctx context.Context, t *testing.T, url string, body []byte, hdr map[st
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST %d bytes: %v", len(body), err)
+		return reply{}, fmt.Errorf("POST %d bytes: %w", len(body), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, fmt.Errorf("POST %d bytes: read the answer: %w", len(body), err)
 	}
-	return reply{status: resp.StatusCode, servedBy: resp.Header.Get("x-served-by"), body: b}
+	return reply{status: resp.StatusCode, servedBy: resp.Header.Get("x-served-by"), body: b}, nil
 }
 
 // chatBody is a valid request for prompt, with fields overriding or adding to it.
@@ -147,6 +158,7 @@ func TestChaosBadInput(t *testing.T) {
 	t.Run("client steering headers are ignored", func(t *testing.T) { steeringIgnored(ctx, t, s) })
 	t.Run("client retry and timeout headers are ignored", func(t *testing.T) { retryHeadersIgnored(ctx, t, s) })
 	t.Run("client priority header is ignored", func(t *testing.T) { priorityIgnored(ctx, t, s) })
+	t.Run("bodies just over the buffer limit complete under load", func(t *testing.T) { overLimitBodies(ctx, t, s) })
 
 	for range 5 { // memory: repeated big bodies must not accumulate
 		if r := post(ctx, t, n.URL, chatBody(huge), nil); r.status != 200 {
@@ -253,7 +265,13 @@ func priorityIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 	url := s.Nodes[node].URL
 	hung := make(chan reply, len(s.Engines))
 	for i := range len(s.Engines) {
-		go func() { hung <- post(ctx, t, url, chatBody(fmt.Sprintf("hold %d", i)), nil) }()
+		go func() {
+			r, err := send(ctx, url, chatBody(fmt.Sprintf("hold %d", i)), nil)
+			if err != nil {
+				r.status = -1
+			}
+			hung <- r
+		}()
 	}
 	sheds := func() map[string]float64 {
 		m, err := s.SidecarMetrics(ctx, node)
@@ -291,5 +309,32 @@ func priorityIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 	figure(t, "sheds_by_priority_with_client_claiming_3", got)
 	if got["3"] != 0 || got[def] == 0 {
 		t.Errorf("sheds by priority %v: a client's x-meridian-priority was trusted (want it counted at the default %s)", got, def)
+	}
+}
+
+// overLimitBodies sends bodies a little larger than the bootstrap's buffer limit (the
+// sidecar sees their first part, BUFFERED_PARTIAL) beside a steady load: each must be
+// answered. The race to hit: the body's end arrives while Envoy waits for the sidecar's
+// answer to the partial chunk.
+func overLimitBodies(ctx context.Context, t *testing.T, s *stack.Stack) {
+	url := s.Nodes[node].URL
+	limit := int(bootstrap.DefaultParams().BufferLimitBytes)
+	lr := startLoad(t, url, loadSpec{Rate: 30, Duration: 6 * time.Second, Output: 8, Stream: true, Seed: 61})
+	const probes = 12
+	hung := 0
+	for i := range probes {
+		size := limit + 64 + i*4096 // up to 48 KiB over
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r, err := send(rctx, url, chatBody(strings.Repeat("a", size)), nil)
+		cancel()
+		if err != nil || r.status != 200 {
+			t.Logf("%d bytes: status %d, %v: %.100s", size, r.status, err, r.body)
+			hung++
+		}
+	}
+	lr.wait(t)
+	figure(t, "bodies_over_buffer_limit_unanswered", fmt.Sprintf("%d/%d", hung, probes))
+	if hung > 0 {
+		t.Errorf("%d of %d requests with bodies just over the %d-byte buffer limit got no answer within 2s", hung, probes, limit)
 	}
 }
