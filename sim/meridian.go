@@ -1,21 +1,18 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math"
 	"time"
 
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/control/optimizer"
+	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/solver"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/extproc/server"
-	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
 // simBuckets is the picker's key-space size in the simulator. The sidecar's default (2^18)
@@ -39,6 +36,7 @@ func sidecarConfig() server.Config {
 type tuning struct {
 	sidecar     server.Config
 	optimizer   optimizer.Config
+	signals     signals.Config
 	solvePeriod time.Duration
 }
 
@@ -46,16 +44,17 @@ type tuning struct {
 // control server's default --solve-period, with the operator's latency curve for the
 // workload (a lone request's engine time, M/M/1 queueing on top).
 func defaultTuning(w *Workload) tuning {
-	t := tuning{sidecar: sidecarConfig(), optimizer: optimizer.DefaultConfig(), solvePeriod: time.Second}
+	t := tuning{sidecar: sidecarConfig(), optimizer: optimizer.DefaultConfig(), signals: signals.DefaultConfig(),
+		solvePeriod: time.Second}
 	t.optimizer.DefaultCurve = solver.Curve{Base: w.ColdService, Queue: w.ColdService}
 	return t
 }
 
 // fleetTuning adapts the defaults to a fleet whose request rate is low (a few requests per
 // second per cluster, because each request is long), using only configuration knobs:
-//   - sidecars report demand over 15 s instead of 1 s and the control server solves every
-//     5 s: a 1 s window of a 2 req/s Poisson stream is too noisy to plan on, and every
-//     noisy solve moved weights (and keys) and shed spuriously;
+//   - the control server solves every 5 s instead of every second: demand, smoothed by
+//     control/signals, still moves by tens of percent between seconds at these rates, and
+//     every solve that moves a share republishes weights and moves keys;
 //   - the LP's movement price is half a request's cold engine time, the order of the
 //     prefill work a moved conversation loses with its cache (the default, 5 ms, was set
 //     for 200 ms requests);
@@ -68,7 +67,6 @@ func defaultTuning(w *Workload) tuning {
 // samples they need, and loosening that turned prompt-length noise into false penalties.
 func fleetTuning(w *Workload) tuning {
 	t := defaultTuning(w)
-	t.sidecar.ReportInterval = 15 * time.Second
 	t.solvePeriod = 5 * time.Second
 	t.optimizer.Params.MoveCost = w.ColdService / 2
 	t.optimizer.MinShareChange = 0.05
@@ -81,8 +79,10 @@ func fleetTuning(w *Workload) tuning {
 // sidecar routes with an extproc/picker table (weighted rendezvous hashing with bounded
 // loads over the published weights times its outlier penalties) and applies the
 // extproc/guard outlier penalties, retry budget and shedder, all with the sidecar's default
-// configuration (extproc/server.DefaultConfig). Only the glue is written here: reports are
-// counted and merged as extproc/server and control/server do.
+// configuration (extproc/server.DefaultConfig). Sidecar load reports and engine scrapes go
+// through control/signals (smoothing, staleness, curve fitting) into the optimizer. Only the
+// glue is written here (meridian_control.go): reports are built as extproc/server builds
+// them, and engine state is handed over as a scrape of its /metrics would read it.
 type meridian struct {
 	shape       fleetShape
 	fleet       *fleet.Fleet
@@ -91,13 +91,15 @@ type meridian struct {
 	clock       *virtualClock
 	names       []string
 	byName      map[string]int
-	suspect     []bool
+	agg         *signals.Aggregator
+	specs       []signals.EngineSpec
 	sidecars    []*sidecar
 	attempts    map[int]*attemptState // by request ID
 	solvePeriod time.Duration
 	lastSolve   time.Duration
 	lastReport  time.Duration
 	lastPen     time.Duration
+	lastScrape  time.Duration
 }
 
 // sidecar is one cluster's data plane.
@@ -113,15 +115,7 @@ type sidecar struct {
 	shedder  *guard.Shedder
 	util     float64 // the policy's planned utilization, for the retry budget
 	arrivals int     // in the current report window
-	report   report  // the last report sent
 	buf      []int
-}
-
-// report is what one sidecar's meridian.v1.LoadReport carries that the optimizer uses.
-type report struct {
-	demand   float64 // req/s
-	requests []float64
-	penalty  []float64
 }
 
 // attemptState is what the sidecar remembers of a request in flight.
@@ -137,8 +131,8 @@ func (c *virtualClock) Now() time.Time { return time.Unix(0, 0).Add(c.now) }
 
 func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, error) {
 	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{},
-		attempts: map[int]*attemptState{}, suspect: make([]bool, f.engines),
-		solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod}
+		attempts: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
+		lastScrape: -scrapePeriod}
 	if err := m.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
 	}
@@ -149,6 +143,11 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 	for e, eng := range m.fleet.Engines {
 		m.names = append(m.names, eng.Name)
 		m.byName[eng.Name] = e
+		m.specs = append(m.specs, signals.EngineSpec{Name: eng.Name, Models: eng.Models,
+			Capacity: eng.CapacityRPS, Curve: t.optimizer.DefaultCurve})
+	}
+	if m.agg, err = signals.NewAggregator(t.signals, m.clock.Now); err != nil {
+		return nil, fmt.Errorf("signals: %w", err)
 	}
 	if m.opt, err = optimizer.New(t.optimizer); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
@@ -270,102 +269,6 @@ func (m *meridian) Observe(now time.Duration, o Outcome) {
 			delete(m.attempts, o.Request.ID)
 		}
 	}
-}
-
-// Tick runs the sidecars' penalty evaluation and load reports and the control server's
-// solve, each on its own period.
-func (m *meridian) Tick(now time.Duration, v *View) {
-	m.clock.now = now
-	for e, ev := range v.Engines {
-		m.suspect[e] = !ev.Up // the control server's scrape fails
-	}
-	if now-m.lastPen >= m.cfg.PenaltyInterval {
-		m.lastPen = now
-		for _, sc := range m.sidecars {
-			if pen := sc.outliers.Evaluate(); pen.Version != sc.penVer {
-				sc.penVer = pen.Version
-				_ = m.rebuild(sc) // weights and penalties are valid by construction
-			}
-		}
-	}
-	if now-m.lastReport >= m.cfg.ReportInterval {
-		window := (now - m.lastReport).Seconds()
-		m.lastReport = now
-		for _, sc := range m.sidecars {
-			m.sendReport(sc, window)
-		}
-	}
-	if now-m.lastSolve >= m.solvePeriod {
-		m.lastSolve = now
-		m.solve()
-	}
-}
-
-// sendReport cuts sc's report window, as extproc/server's buildReport does.
-func (m *meridian) sendReport(sc *sidecar, window float64) {
-	rep := report{demand: float64(sc.arrivals) / max(window, 1e-3),
-		requests: make([]float64, len(m.names)), penalty: make([]float64, len(m.names))}
-	sc.arrivals = 0
-	for e := range rep.penalty {
-		rep.penalty[e] = 1
-	}
-	for _, st := range sc.outliers.Penalties().Engines() {
-		e := m.byName[st.Engine]
-		rep.requests[e], rep.penalty[e] = math.Round(st.Requests), st.Factor
-	}
-	sc.report = rep
-}
-
-// solve merges the latest reports as control/server does (demand summed per node, penalties
-// averaged over sidecars weighted by the requests each saw), runs the optimizer, and applies
-// its weights and policies to the sidecars.
-func (m *meridian) solve() {
-	in := optimizer.Inputs{Demand: map[string]map[string]float64{}, Engines: map[string]optimizer.EngineInput{}}
-	for _, sc := range m.sidecars {
-		in.Demand[sc.node] = map[string]float64{meridianModel: sc.report.demand}
-	}
-	for e, name := range m.names {
-		pen, wsum := 0.0, 0.0
-		for _, sc := range m.sidecars {
-			if sc.report.penalty == nil {
-				continue
-			}
-			w := max(sc.report.requests[e], 1)
-			pen += sc.report.penalty[e] * w
-			wsum += w
-		}
-		ei := optimizer.EngineInput{Suspect: m.suspect[e], Penalty: 1}
-		if wsum > 0 {
-			ei.Penalty = pen / wsum
-		}
-		in.Engines[name] = ei
-	}
-	res, err := m.opt.Step(context.Background(), m.fleet, in)
-	if err != nil {
-		return // the control server keeps its last good weights
-	}
-	for _, sc := range m.sidecars {
-		m.applyPolicy(sc, res.Policies[sc.node])
-		if w := res.Weights[sc.node][meridianModel]; !maps.Equal(w, sc.weights) {
-			sc.weights = w
-			_ = m.rebuild(sc)
-		}
-	}
-}
-
-// applyPolicy takes the control server's shed fractions, retry budget and utilization, as
-// extproc/server's ApplyPolicy does.
-func (m *meridian) applyPolicy(sc *sidecar, p *meridianv1.Policy) {
-	if p == nil {
-		return
-	}
-	if f, err := guard.FractionsFromProto(p.GetShed()); err == nil {
-		_ = sc.shedder.SetFractions(f)
-	}
-	if c, err := guard.CurveFromProto(p.GetRetryBudget()); err == nil {
-		_ = sc.retries.SetCurve(c)
-	}
-	sc.util = p.GetUtilization()
 }
 
 func (m *meridian) Weights(c int, dst []float64) {

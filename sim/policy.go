@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"time"
+
+	"github.com/meridian-router/meridian/sim/engine"
 )
 
 // Policy routes requests for the whole fleet of proxies. A run calls it from one goroutine.
@@ -70,6 +72,8 @@ type EngineView struct {
 	KVUsage          float64
 	// PrefixQueries and PrefixHits are the engine's cumulative counters (tokens).
 	PrefixQueries, PrefixHits uint64
+	// Stats is the engine's full /metrics state, histograms included (zero when down).
+	Stats engine.Stats
 }
 
 // PolicyNames lists the policies a run can compare, in report order.

@@ -270,6 +270,7 @@ func (r *run) tick() {
 		if s.up {
 			v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
 			v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
+			v.Stats = s.eng.Stats()
 		}
 		r.view.Engines[e] = v
 	}
