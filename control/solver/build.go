@@ -13,29 +13,37 @@ type piece struct {
 }
 
 // piecesAround splits the convex function given by consecutive segments from
-// 0 (the last may be infinitely wide) into columns around ref, appending to
-// down and up in order of distance from ref. Going down through a segment
-// saves its slope; going up costs it. Because slopes rise, an LP that
-// minimizes cost walks the pieces in order from ref outwards, so any prefix
-// of each list is an exact restriction of the function's domain.
-func piecesAround(segs []segment, ref float64, down, up []piece) ([]piece, []piece) {
-	down, up = down[:0], up[:0]
+// 0 (the last may be infinitely wide) into columns around ref. It appends
+// them to arena and returns the down and up pieces as sub-slices of it, each
+// in order of distance from ref. Going down through a segment saves its
+// slope; going up costs it. Because slopes rise, an LP that minimizes cost
+// walks the pieces in order from ref outwards, so any prefix of each list is
+// an exact restriction of the function's domain.
+func piecesAround(segs []segment, ref float64, arena []piece) (out, down, up []piece) {
+	start := len(arena)
+	// Slivers left by rounding (a reference a few ulps off a breakpoint)
+	// would be columns the LP cannot use; leave them out.
+	sliver := 1e-9 * (1 + math.Abs(ref))
 	a := 0.0
 	for _, s := range segs {
 		b := a + s.width
-		// Slivers left by rounding (a reference a few ulps off a breakpoint)
-		// would be columns the LP cannot use; leave them out.
-		sliver := 1e-9 * (1 + math.Abs(ref))
 		if w := math.Min(b, ref) - a; w > sliver {
-			down = append(down, piece{w, -s.slope, -1})
-		}
-		if w := b - math.Max(a, ref); w > sliver {
-			up = append(up, piece{w, s.slope, +1})
+			arena = append(arena, piece{w, -s.slope, -1})
 		}
 		a = b
 	}
+	mid := len(arena)
+	a = 0
+	for _, s := range segs {
+		b := a + s.width
+		if w := b - math.Max(a, ref); w > sliver {
+			arena = append(arena, piece{w, s.slope, +1})
+		}
+		a = b
+	}
+	down = arena[start:mid:mid]
 	slices.Reverse(down)
-	return down, up
+	return arena, down, arena[mid:len(arena):len(arena)]
 }
 
 // mergeSegs returns the segments of the sum of two convex piecewise-linear
@@ -181,16 +189,19 @@ func (cs *compSolver) engineModes() {
 // groups lists every quantity's columns for this round.
 func (cs *compSolver) makeGroups() {
 	cs.groups = cs.groups[:0]
+	cs.arena = cs.arena[:0]
 	lazy := cs.o.colgen && cs.o.lazyLoad
 	for i := range cs.routes {
 		rt := &cs.routes[i]
 		g := group{kind: routeCol, idx: i, rowA: rt.r, coefA: 1, rowB: cs.engRow[rt.le], coefB: 1}
-		segs := cs.routeSegs(rt, cs.scratchA)
+		cs.scratchA = cs.routeSegs(rt, cs.scratchA)
+		segs := cs.scratchA
 		if g.rowB < 0 {
 			g.kind = soleCol
-			segs = mergeSegs(segs, cs.ix.segs[cs.engines[rt.le]], cs.scratchB)
+			cs.scratchB = mergeSegs(segs, cs.ix.segs[cs.engines[rt.le]], cs.scratchB)
+			segs = cs.scratchB
 		}
-		g.down, g.up = piecesAround(segs, rt.x0, nil, nil)
+		cs.arena, g.down, g.up = piecesAround(segs, rt.x0, cs.arena)
 		g.nDown, g.nUp = len(g.down), len(g.up)
 		if g.kind == soleCol && lazy {
 			g.span = &cs.soleSpan[rt.le]
@@ -203,7 +214,7 @@ func (cs *compSolver) makeGroups() {
 			continue
 		}
 		g := group{kind: loadCol, idx: le, rowA: er, coefA: -1, rowB: -1}
-		g.down, g.up = piecesAround(cs.ix.segs[cs.engines[le]], cs.load0[le], nil, nil)
+		cs.arena, g.down, g.up = piecesAround(cs.ix.segs[cs.engines[le]], cs.load0[le], cs.arena)
 		g.nDown, g.nUp = len(g.down), len(g.up)
 		if lazy {
 			g.span = &cs.loadSpan[le]
@@ -213,7 +224,8 @@ func (cs *compSolver) makeGroups() {
 	}
 	for r, row := range cs.rows {
 		g := group{kind: shedCol, idx: r, rowA: r, coefA: 1, rowB: -1}
-		g.down, g.up = piecesAround([]segment{{row.demand, cs.shedCost}}, cs.shed0[r], nil, nil)
+		cs.scratchA = append(cs.scratchA[:0], segment{row.demand, cs.shedCost})
+		cs.arena, g.down, g.up = piecesAround(cs.scratchA, cs.shed0[r], cs.arena)
 		g.nDown, g.nUp = len(g.down), len(g.up)
 		cs.groups = append(cs.groups, g)
 	}
@@ -270,34 +282,25 @@ func (cs *compSolver) addPiece(g *group, pc piece) {
 }
 
 // priceGroups widens each lazy group by one piece on a side whose next piece
-// has negative reduced cost. It returns how many pieces it added and the
-// most the left-out pieces could lower the objective (their share of the
-// Lagrangian bound: Σ width·max(0, −reduced cost)).
-func (cs *compSolver) priceGroups(dual []float64) (added int, gap float64) {
+// has negative reduced cost, and returns how many pieces it added.
+func (cs *compSolver) priceGroups(dual []float64) int {
+	added := 0
 	for gi := range cs.groups {
 		g := &cs.groups[gi]
 		if g.span == nil {
 			continue
 		}
 		dot := g.rowDot(dual)
-		for i, pc := range g.up[g.nUp:] {
-			d := pc.cost - dot
-			gap += pc.width * math.Max(0, -d)
-			if i == 0 && d < -priceTol {
-				g.span.widen(g, false)
-				added++
-			}
+		if g.nUp < len(g.up) && g.up[g.nUp].cost-dot < -priceTol {
+			g.span.widen(g, false)
+			added++
 		}
-		for i, pc := range g.down[g.nDown:] {
-			d := pc.cost + dot
-			gap += pc.width * math.Max(0, -d)
-			if i == 0 && d < -priceTol {
-				g.span.widen(g, true)
-				added++
-			}
+		if g.nDown < len(g.down) && g.down[g.nDown].cost+dot < -priceTol {
+			g.span.widen(g, true)
+			added++
 		}
 	}
-	return added, gap
+	return added
 }
 
 // readFlows sets cs.x (route flows) and cs.shed from an LP solution.

@@ -12,26 +12,35 @@ import (
 // compSolver solves one component by column generation. Every quantity is
 // written as a reference value plus convex piecewise-linear moves around it:
 //
-//	x[c,m,e] = x0 + Σ up − Σ down   (route flow; cost RTT·x + μ|x − prev|)
-//	load[e]  = L0 + Σ up − Σ down   (engine load; cost Σ_k slope_k·segment_k)
-//	shed[c,m] = s0 + up − down      (cost M·shed)
+//	x[c,m,e]  = x0 + Σ up − Σ down   (route flow; cost RTT·x + μ|x − prev|)
+//	load[e]   = L0 + Σ up − Σ down   (engine load; cost Σ_k slope_k·segment_k)
+//	shed[c,m] = s0 + up − down       (cost M·shed)
 //
 //	rows  demand (c,m):  Σ_e Δx + Δs = D − Σ_e x0 − s0
 //	      load e:        Σ Δx − ΔL  = L0 − Σ x0
 //
-// Each piece is a bounded column whose cost is ± the slope of the piece of
-// the convex function it walks; convexity makes the LP walk pieces in order,
-// so no extra rows are needed (the movement term of design.md §10 is the
-// special case x0 = prev). The reference is a greedy feasible assignment that
-// starts from Prev, so all rows start balanced and the simplex begins at a
-// point already close to the optimum: lanl/clp cannot load a starting basis,
-// and this is the warm start its API allows.
+// Each piece is a bounded column costing ± the slope of the stretch of the
+// convex function it walks; convexity makes the LP walk pieces in order, so
+// no extra rows are needed (the movement term of design.md §10 is the case
+// x0 = prev). lanl/clp cannot load a starting basis, so every round is a
+// fresh solve; the reference point is how a round starts where the last one
+// ended. Round 0's reference is a greedy feasible assignment that keeps
+// Prev's flows where they fit (seed.go); every later round's is the previous
+// round's solution (rebase), where all rows start balanced and the primal
+// simplex is quick.
 //
-// Only active routes have columns, and only engines with an active route
-// have a row. After each LP every left-out route (x0 = prev = 0, so a single
-// up column) is priced with the row duals u and v: RTT + μ − u[c,m] − v[e],
-// with v[e] = −slope₁ for an engine without a row. Routes with negative
-// reduced cost join; when none is left the LP optimum is the full problem's.
+// Rows are what the simplex spends its time on (at least one pivot each), so
+// the LP keeps few: only engines reached by two or more active routes get a
+// load row. An engine with a single route folds its cost into that route's
+// columns (soleCol), and routes that carry nothing and would not help are
+// dropped after each round (once; a route priced back in stays). Engine load
+// pieces beyond the ones next to the reference join only when priced in.
+//
+// After each LP every left-out column is priced with the row duals u and v:
+// a route (x0 = prev = 0, one up column) costs RTT + μ − u[c,m] − v[e], with
+// v[e] from engineDuals when the engine has no row. Negative reduced costs
+// join the next round; when none is left, the LP optimum is the full
+// problem's. After maxRounds one LP with every route settles it.
 type compSolver struct {
 	p        *Problem
 	ix       *index
@@ -40,7 +49,7 @@ type compSolver struct {
 	local    map[int]int // problem engine index → local index
 	rows     []demandRow
 	routeAt  []int32 // [row·len(engines) + local engine] → index in routes, −1 when inactive
-	dropped  []bool  // same index: the route was active once and dropped
+	dropped  []uint8 // same index: how many times the route was dropped as idle
 	routes   []route
 	engRow   []int     // LP row of each local engine, −1 without active routes
 	load0    []float64 // reference load per local engine
@@ -58,6 +67,7 @@ type compSolver struct {
 	v        []float64 // engine duals for pricing
 	scratchA []segment
 	scratchB []segment
+	arena    []piece // this round's pieces; groups hold sub-slices
 	fsegs    []segment
 }
 
@@ -76,8 +86,8 @@ type cand struct {
 type route struct {
 	r, le         int
 	rtt, prev, x0 float64
-	// sticky routes are never dropped as idle: they were dropped once and
-	// priced back in, and dropping them again could cycle.
+	// sticky routes are never dropped as idle: they were dropped and priced
+	// back in maxDrops times already, and dropping them again could cycle.
 	sticky bool
 }
 
@@ -130,7 +140,7 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 	for i := range cs.routeAt {
 		cs.routeAt[i] = -1
 	}
-	cs.dropped = make([]bool, len(cs.routeAt))
+	cs.dropped = make([]uint8, len(cs.routeAt))
 	cs.engRow = make([]int, len(cs.engines))
 	cs.nRoutes = make([]int, len(cs.engines))
 	cs.soleSpan = make([]span, len(cs.engines))
@@ -188,13 +198,7 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 		if rebase {
 			idle = cs.idleRoutes(res.dual, v)
 		}
-		if cs.o.check != nil {
-			cs.o.check(cs, res, v)
-		}
-		added, gap := cs.price(res.dual, v)
-		if cs.o.logf != nil {
-			cs.o.logf("round %d: %d rows %d cols %d routes, added %d, idle %d, gap %.3g of %.4g", round, len(cs.b.rowLo), cs.b.cols(), len(cs.routes), added, len(idle), gap, cs.scale(res.dual))
-		}
+		added := cs.price(res.dual, v)
 		if added == 0 || last {
 			break
 		}
@@ -257,7 +261,7 @@ func (cs *compSolver) activate(r, le int) int {
 	}
 	cs.routeAt[k] = int32(len(cs.routes))
 	rtt := cs.p.RTT[cs.rows[r].c][cs.engines[le]]
-	cs.routes = append(cs.routes, route{r: r, le: le, rtt: rtt, sticky: cs.dropped[k]})
+	cs.routes = append(cs.routes, route{r: r, le: le, rtt: rtt, sticky: cs.dropped[k] >= cs.o.maxDrops})
 	return len(cs.routes) - 1
 }
 
@@ -272,43 +276,30 @@ func (cs *compSolver) activateAll() {
 // price adds the left-out columns with negative reduced cost (load pieces,
 // and for each demand row at most addPerRow routes, most negative first) and
 // returns how many.
-func (cs *compSolver) price(dual, v []float64) (added int, gap float64) {
+func (cs *compSolver) price(dual, v []float64) int {
 	type priced struct {
 		le int
 		d  float64
 	}
 	var neg []priced
-	added, gap = cs.priceGroups(dual)
+	added := cs.priceGroups(dual)
 	for r, row := range cs.rows {
 		neg = neg[:0]
-		minD := 0.0
 		for _, cd := range row.cands {
 			if cs.routeAt[r*len(cs.engines)+cd.le] >= 0 {
 				continue
 			}
 			if d := cd.rtt + cs.mu - dual[r] - v[cd.le]; d < -priceTol {
 				neg = append(neg, priced{cd.le, d})
-				minD = math.Min(minD, d)
 			}
 		}
-		gap -= row.demand * minD
 		slices.SortFunc(neg, func(a, b priced) int { return cmp.Or(cmp.Compare(a.d, b.d), cmp.Compare(a.le, b.le)) })
 		for _, pr := range neg[:min(cs.o.addPerRow, len(neg))] {
 			cs.activate(r, pr.le)
 			added++
 		}
 	}
-	return added, gap
-}
-
-// scale is Σ_r D_r·|u_r|, the order of magnitude of the objective, against
-// which the optimality gap is measured.
-func (cs *compSolver) scale(dual []float64) float64 {
-	s := 0.0
-	for r, row := range cs.rows {
-		s += row.demand * math.Abs(dual[r])
-	}
-	return s
+	return added
 }
 
 // priceTol is the reduced cost below which a column is worth adding; CLP's
@@ -325,7 +316,7 @@ func (cs *compSolver) idleRoutes(dual, v []float64) []int {
 		if rt.prev > 0 || rt.sticky || cs.x[i] > 1e-9*cs.rows[rt.r].demand {
 			continue
 		}
-		if rt.rtt+cs.mu-dual[rt.r]-v[rt.le] > priceTol {
+		if rt.rtt+cs.mu-dual[rt.r]-v[rt.le] > -priceTol {
 			idle = append(idle, i)
 		}
 	}
@@ -341,7 +332,7 @@ func (cs *compSolver) rebase(idle []int) {
 		if drop < len(idle) && idle[drop] == i {
 			drop++
 			cs.routeAt[rt.r*len(cs.engines)+rt.le] = -1
-			cs.dropped[rt.r*len(cs.engines)+rt.le] = true
+			cs.dropped[rt.r*len(cs.engines)+rt.le]++
 			continue
 		}
 		if i < len(cs.x) {

@@ -28,8 +28,10 @@
 //   - Weights never returns 0 for an engine it keeps; 0 means leave it out.
 //
 // Speed: the LP is split into independent components (models linked by
-// shared engines), and each is solved by column generation: a few cheap routes
-// per (cluster, model) first, then only the left-out routes whose reduced
-// cost is negative, until none is. The result is the full LP's optimum at a
-// fraction of its size; docs/performance-solver.md has the measurements.
+// shared engines), and each is solved by column generation around a
+// reference point (colgen.go): a greedy seed, then rounds that add only the
+// left-out routes and cost pieces whose reduced cost is negative, each round
+// starting from the last one's solution, with engine rows only where two
+// routes meet. The result is the full LP's optimum; docs/performance-solver.md
+// has the measurements and the alternatives that lost.
 package solver

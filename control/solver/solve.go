@@ -26,18 +26,16 @@ type options struct {
 	slices    int     // the greedy seed cuts each row's demand into this many turns
 	addPerRow int     // most routes added per (cluster, model) per round
 	rebase    bool    // each round starts from the last one's solution and drops idle routes
+	maxDrops  uint8   // a route dropped this often stays for good (no cycling)
 	lazyLoad  bool    // engine load pieces join only when priced in
 	maxRounds int     // then one LP with every allowed route settles it
-
-	check func(cs *compSolver, res lpResult, v []float64) // test hook after each LP
-	logf  func(format string, args ...any)                // per-round trace; nil is silent
 }
 
 func defaultOptions() options {
 	return options{
 		method: dualSimplex, bigMethod: barrierCrossover, bigRows: 512, laterMethod: primalSimplex,
 		colgen: true, initialK: 2, seedSlack: 0.01, slices: 8, addPerRow: 16,
-		rebase: true, lazyLoad: true, maxRounds: 40,
+		rebase: true, maxDrops: 1, lazyLoad: true, maxRounds: 40,
 	}
 }
 

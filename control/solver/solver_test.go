@@ -2,11 +2,13 @@ package solver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // twoRegions is cluster "east" next to engine "e-east" and "west" next to
@@ -286,13 +288,22 @@ func TestColumnGenerationMatchesFullLP(t *testing.T) {
 				q = perturbed(p, 0.3, f.seed)
 				q.Prev = mustSolve(t, p)
 			}
-			fast := mustSolve(t, q)
 			full, err := solve(context.Background(), q, options{method: dualSimplex, bigMethod: dualSimplex})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := math.Abs(fast.Objective - full.Objective); d > 1e-6*math.Abs(full.Objective) {
-				t.Errorf("%+v prev=%v: objective %.9g, full LP %.9g", f, withPrev, fast.Objective, full.Objective)
+			// Also cut column generation short, so that the fallback (one LP
+			// with every route after maxRounds) is exercised.
+			cut := defaultOptions()
+			cut.maxRounds = 1
+			for name, o := range map[string]options{"default": defaultOptions(), "maxRounds=1": cut} {
+				fast, err := solve(context.Background(), q, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := math.Abs(fast.Objective - full.Objective); d > 1e-6*math.Abs(full.Objective) {
+					t.Errorf("%+v prev=%v %s: objective %.9g, full LP %.9g", f, withPrev, name, fast.Objective, full.Objective)
+				}
 			}
 		}
 	}
@@ -440,11 +451,46 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestCancelledContext(t *testing.T) {
+func TestContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Solve(ctx, benchFleet(4, 16).problem())
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("error %v, want context.Canceled", err)
+	if _, err := Solve(ctx, benchFleet(4, 16).problem()); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: error %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if _, err := Solve(ctx, benchFleet(64, 1024).problem()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("1 ms deadline: error %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestEmptyAndUnservable(t *testing.T) {
+	empty := &Problem{Params: DefaultParams()}
+	if sol := mustSolve(t, empty); len(sol.Flow) != 0 || sol.Objective != 0 {
+		t.Errorf("empty problem: %+v", sol)
+	}
+	// A model nobody serves: all of it is shed, and there is no fallback.
+	p := twoRegions(5, 0, Curve{Base: 0.1}, 10)
+	p.Models = append(p.Models, "orphan")
+	p.Demand = [][]float64{{5, 3}, {0, 0}}
+	sol := mustSolve(t, p)
+	if sol.Shed[0][1] != 3 || sol.Fallback[0][1] != -1 || sol.ShedFraction(0, 1) != 1 {
+		t.Errorf("orphan model: shed %v fallback %v", sol.Shed[0][1], sol.Fallback[0][1])
+	}
+	if w := sol.Weights(0, 1, 100); !reflect.DeepEqual(w, []uint32{0, 0}) {
+		t.Errorf("orphan model weights %v, want none", w)
+	}
+}
+
+// TestSolutionJSON: the control server serves solutions as JSON, which
+// cannot hold ±Inf or NaN: full engines must not produce them.
+func TestSolutionJSON(t *testing.T) {
+	p := twoRegions(300, 10, Curve{Base: 0.1, Queue: 0.05}, 50)
+	sol := mustSolve(t, p)
+	if _, err := json.Marshal(sol); err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	if sol.Marginal[0] != sol.Stats.ShedCost {
+		t.Errorf("a full engine's marginal cost %v, want the shed price %v", sol.Marginal[0], sol.Stats.ShedCost)
 	}
 }
