@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -33,7 +34,15 @@ type sidecarKey struct{ node, sidecar string }
 type received struct {
 	rep *meridianv1.LoadReport
 	at  time.Time
+	// demand is the sidecar's request rate per model, smoothed over reports: one report
+	// counts a second of Poisson arrivals, noisy enough to make a fleet near capacity shed
+	// for nothing.
+	demand map[string]float64
 }
+
+// demandTimeConstant is the smoothing of reported demand: a step in demand is 63% visible
+// after this long.
+const demandTimeConstant = 3 * time.Second
 
 // policyStream hands policies to one stream's sender; only the newest one matters.
 type policyStream struct{ ch chan *meridianv1.Policy }
@@ -109,9 +118,25 @@ func (l *loadReports) StreamLoad(stream meridianv1.LoadReporting_StreamLoadServe
 }
 
 func (l *loadReports) store(rep *meridianv1.LoadReport) {
+	key := sidecarKey{rep.GetNodeId(), rep.GetSidecarId()}
 	l.mu.Lock()
-	l.latest[sidecarKey{rep.GetNodeId(), rep.GetSidecarId()}] = received{rep: rep, at: l.now()}
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	prev, seen := l.latest[key]
+	a := 1 - math.Exp(-rep.GetWindowSeconds()/demandTimeConstant.Seconds())
+	demand := map[string]float64{}
+	for _, d := range rep.GetDemand() {
+		x := d.GetRequestsPerSecond()
+		if old, ok := prev.demand[d.GetModel()]; seen && ok {
+			x = old + a*(x-old)
+		}
+		demand[d.GetModel()] = x
+	}
+	for m, old := range prev.demand {
+		if _, ok := demand[m]; !ok && old*(1-a) > 1e-3 {
+			demand[m] = old * (1 - a) // no arrivals for m in this window
+		}
+	}
+	l.latest[key] = received{rep: rep, at: l.now(), demand: demand}
 }
 
 // setPolicies records each node's policy and pushes the changed ones.
@@ -160,8 +185,8 @@ func (l *loadReports) snapshot(staleAfter time.Duration) (optimizer.Inputs, map[
 		if in.Demand[k.node] == nil {
 			in.Demand[k.node] = map[string]float64{}
 		}
-		for _, d := range r.rep.GetDemand() {
-			in.Demand[k.node][d.GetModel()] += d.GetRequestsPerSecond()
+		for m, rate := range r.demand {
+			in.Demand[k.node][m] += rate
 		}
 		for _, e := range r.rep.GetEngines() {
 			v := views[e.GetEngine()]

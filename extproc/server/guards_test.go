@@ -20,18 +20,20 @@ import (
 func TestRetryBudgetShrinksWithUtilization(t *testing.T) {
 	h := newHarness(t)
 	budget := &meridianv1.RetryBudget{MaxRetriesIdle: 3, GenerousBelow: 0.5, ZeroAt: 0.9, RetryOn: "5xx,reset"}
+	// Near saturation the budget is zero: only a request that never reached an engine
+	// (connection refused) may move to the next engine.
 	for _, tc := range []struct {
 		util    float64
 		retries string
-	}{{0.1, "3"}, {0.7, "1"}, {0.95, "0"}} {
+		on      string
+	}{{0.1, "3", "5xx,reset"}, {0.7, "1", "5xx,reset"}, {0.95, "1", "connect-failure,refused-stream"}} {
 		h.srv.ApplyPolicy(&meridianv1.Policy{Version: "v", RetryBudget: budget, Utilization: tc.util})
 		r := h.exchange(t, "/v1/chat/completions", chatBody("llama", "retry me"))
 		if got := header(r, "x-envoy-max-retries"); got != tc.retries {
 			t.Errorf("utilization %.2f: x-envoy-max-retries %q, want %q", tc.util, got, tc.retries)
 		}
-		on := header(r, "x-envoy-retry-on")
-		if (tc.retries == "0") != (on == "") {
-			t.Errorf("utilization %.2f: x-envoy-retry-on %q with %s retries", tc.util, on, tc.retries)
+		if on := header(r, "x-envoy-retry-on"); on != tc.on {
+			t.Errorf("utilization %.2f: x-envoy-retry-on %q, want %q", tc.util, on, tc.on)
 		}
 	}
 }

@@ -275,7 +275,9 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 		}
 		s.metrics.decision(ctx, m.name, result)
 		s.metrics.shed(ctx, m.name, d.Reason.String(), st.priority)
-		return errorResponse(503, "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
+		resp := errorResponse(503, "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
+		resp.GetImmediateResponse().Details = "meridian_" + result // Envoy's %RESPONSE_CODE_DETAILS% tells quota from limit
+		return resp
 	}
 	primary := res.Order[0]
 	ep := m.table.Endpoint(primary)
@@ -294,17 +296,21 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 		setHeader(resources.HeaderCluster, m.cluster),
 		setHeader(resources.HeaderPrefixHash, strconv.FormatUint(key, 16)),
 		setHeader(outcome.HeaderTicket, id),
-		setHeader("x-envoy-max-retries", strconv.FormatUint(uint64(grant.Max), 10)),
 	}
 	if grant.Max > 0 {
-		set = append(set, setHeader("x-envoy-retry-on", grant.RetryOn))
+		set = append(set, setHeader("x-envoy-max-retries", strconv.FormatUint(uint64(grant.Max), 10)),
+			setHeader("x-envoy-retry-on", grant.RetryOn))
+	} else {
+		// With no budget left, only a request that never reached an engine may go to the
+		// next one in the list: it adds no load to any engine, so it cannot feed a storm.
+		set = append(set, setHeader("x-envoy-max-retries", "1"), setHeader("x-envoy-retry-on", retryOnUnsent))
 	}
 	if tp, ok := childTraceparent(st.traceparent); ok {
 		set = append(set, setHeader("traceparent", tp))
 	}
 	s.metrics.decision(ctx, m.name, resultSteered)
 	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", ep.Engine))
-	s.metrics.retries.Record(ctx, int64(grant.Max))
+	s.metrics.retries.Record(ctx, int64(grant.Max)) // the budget; unsent-only retries are not counted
 	if res.Spilled {
 		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", m.name))
 	}
@@ -322,6 +328,9 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 		}},
 	}
 }
+
+// retryOnUnsent are Envoy's retry conditions for requests no engine started on.
+const retryOnUnsent = "connect-failure,refused-stream"
 
 // utilization is the larger of what the control server planned for this node and what the
 // sidecar measures locally against hard in-flight caps (when every engine has one).
