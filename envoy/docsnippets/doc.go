@@ -8,6 +8,7 @@
 //     against the Envoy v1.40 protos and checked with their validation rules; a
 //     Bootstrap is also run through `envoy --mode validate`;
 //   - `meridian.fleet`: parsed and validated as a fleet file;
+//   - `meridian.sidecar`: loaded as the sidecar's --config file;
 //   - `inference.networking.k8s.io/v1.InferencePool`: decoded strictly into the v1 fields.
 //
 // A yaml or json block without a kind fails the tests: it would be a snippet nothing loads.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/envoy/resources"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/extproc/server"
 )
 
 // TestEverySnippetLoads loads each configuration block of the docs as what its fence says
@@ -52,6 +55,14 @@ func load(s snippet) error {
 		return err
 	case s.kind == "meridian.fleet":
 		_, err := fleet.Parse(s.String(), s.body)
+		return err
+	case s.kind == "meridian.sidecar":
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("meridian-snippet-%d.yaml", os.Getpid()))
+		if err := os.WriteFile(path, s.body, 0o644); err != nil {
+			return err
+		}
+		defer os.Remove(path)
+		_, err := server.LoadConfig(path, server.DefaultConfig(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		return err
 	case s.kind == "inference.networking.k8s.io/v1.InferencePool":
 		return checkInferencePool(s.body)

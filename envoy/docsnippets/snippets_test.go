@@ -32,7 +32,7 @@ import (
 )
 
 // docFiles are the documents whose snippets these tests own.
-var docFiles = []string{"integration.md", "operations.md", "architecture.md"}
+var docFiles = []string{"integration.md", "operations.md", "architecture.md", "configuration.md"}
 
 // snippet is one fenced block of a document.
 type snippet struct {
