@@ -30,6 +30,8 @@ type EngineSpec struct {
 	Name, Region string
 	Models       []string
 	CapacityRPS  float64
+	// MaxInFlight is the fleet file's hard cap for the sidecar (0: none).
+	MaxInFlight int
 	// Args are extra mockvllm flags (for example --ttft).
 	Args []string
 }
@@ -255,7 +257,7 @@ func (s *Stack) WriteFleet(weights map[string]map[string]uint32) error {
 		if c == 0 {
 			c = 20
 		}
-		f.Engines = append(f.Engines, fleet.Engine{Name: e.Name, Address: s.Engines[e.Name].Address, Region: e.Region, Models: e.Models, CapacityRPS: c})
+		f.Engines = append(f.Engines, fleet.Engine{Name: e.Name, Address: s.Engines[e.Name].Address, Region: e.Region, Models: e.Models, CapacityRPS: c, MaxInFlight: e.MaxInFlight})
 	}
 	if f.RTTMillis == nil {
 		f.RTTMillis = map[string]map[string]float64{}
