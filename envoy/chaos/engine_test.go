@@ -22,6 +22,7 @@ func TestChaosEngineDies(t *testing.T) {
 		backAt = 11 * time.Second
 		total  = 16 * time.Second
 	)
+	pen := samplePenalties(s, 200*time.Millisecond)
 	lr := startLoad(t, n.URL, loadSpec{Rate: rate, Duration: total, Output: 8, Stream: true, Seed: 3})
 	lr.sleepTo(killAt)
 	killed := time.Now()
@@ -39,6 +40,7 @@ func TestChaosEngineDies(t *testing.T) {
 	sum, results := lr.wait(t)
 	entries := accessLog(t, s, sum.Requests)
 	end := time.Now()
+	lowest := pen.lowest()
 
 	figure(t, "requests", sum.Requests)
 	fails := failed(results)
@@ -81,10 +83,25 @@ func TestChaosEngineDies(t *testing.T) {
 		t.Errorf("the sidecar took %s to stop choosing the dead engine; want <= 6s", d)
 	}
 
-	reused := 0
+	// Retries land on the survivors; they must not be mistaken for slow or failing. (On a
+	// busy machine a stall of one stream can still push a healthy engine's mean decode
+	// time past the outlier fence: see docs/reliability.md.)
+	figure(t, "lowest_penalty_of_healthy_engines", map[string]float64{"e0": lowest["e0"], "e2": lowest["e2"]})
+	for _, e := range []string{"e0", "e2"} {
+		if lowest[e] < 0.5 {
+			t.Errorf("healthy engine %s was penalized down to %.2f while e1 was dead", e, lowest[e])
+		}
+	}
+
+	reused, reusedFailed := 0, 0
 	for _, e := range between(entries, back, end) {
-		if e.ServedBy == victim.Name && e.Status == 200 {
+		if e.UpstreamHost != victim.Address {
+			continue
+		}
+		if e.Status == 200 {
 			reused++
+		} else {
+			reusedFailed++
 		}
 	}
 	figure(t, "served_by_restarted_engine", reused)
@@ -92,10 +109,8 @@ func TestChaosEngineDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pen := m.Value("meridian_sidecar_engine_penalty", "engine", victim.Name)
-	figure(t, "restarted_engine_penalty_at_end", round2(pen))
-	if reused == 0 || !(pen > floor) {
-		t.Errorf("after it came back the engine served %d requests and its penalty factor is %.2f; want > 0 and recovering above %.2f",
-			reused, pen, floor)
+	figure(t, "restarted_engine_penalty_at_end", round2(m.Value("meridian_sidecar_engine_penalty", "engine", victim.Name)))
+	if reused == 0 || reusedFailed > 0 {
+		t.Errorf("after it came back the engine served %d requests and failed %d; want it used again, without failures", reused, reusedFailed)
 	}
 }

@@ -261,3 +261,45 @@ func figure(t *testing.T, name string, value any) {
 
 // round2 keeps figures readable.
 func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
+
+// penaltySampler polls the sidecar's penalty factors until stopped and keeps each engine's
+// lowest, so a test sees transient penalties, not only the final ones.
+type penaltySampler struct {
+	stop chan struct{}
+	done chan map[string]float64
+}
+
+func samplePenalties(s *stack.Stack, every time.Duration) *penaltySampler {
+	p := &penaltySampler{stop: make(chan struct{}), done: make(chan map[string]float64, 1)}
+	go func() {
+		low := map[string]float64{}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				p.done <- low
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			m, err := s.SidecarMetrics(ctx, node)
+			cancel()
+			if err != nil {
+				continue // the sidecar may be down on purpose
+			}
+			for e, f := range m.ByLabel("meridian_sidecar_engine_penalty", "engine") {
+				if v, ok := low[e]; !ok || f < v {
+					low[e] = f
+				}
+			}
+		}
+	}()
+	return p
+}
+
+// lowest stops the sampler and returns each engine's lowest factor seen.
+func (p *penaltySampler) lowest() map[string]float64 {
+	close(p.stop)
+	return <-p.done
+}
