@@ -33,8 +33,14 @@ type Config struct {
 
 // DefaultConfig is the control server's default.
 func DefaultConfig() Config {
+	params := solver.DefaultParams()
+	// The move cost is paid once, in the period a flow moves, while the latency gained is
+	// earned every period after. Moving δ req/s costs 2μδ, so a flow returns to an engine
+	// RTT r closer only when 2μ < r: μ = 5 ms lets a 10 ms RTT gain win, and still damps
+	// moves that chase noise.
+	params.MoveCost = 0.005
 	return Config{
-		Params:         solver.DefaultParams(),
+		Params:         params,
 		DefaultCurve:   solver.Curve{Base: 0.2, Queue: 0.2},
 		WeightTotal:    1000,
 		MinShareChange: 0.02,

@@ -21,6 +21,7 @@ import (
 	"github.com/meridian-router/meridian/control/dashboard"
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/control/optimizer"
+	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/xds"
 	"github.com/meridian-router/meridian/envoy/resources"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
@@ -34,10 +35,11 @@ type Config struct {
 	PollInterval time.Duration
 	// SolvePeriod is how often the optimizer runs.
 	SolvePeriod time.Duration
-	// StaleAfter drops a sidecar's report from the inputs when it is older than this.
-	StaleAfter time.Duration
-	Optimizer  optimizer.Config
-	Log        *slog.Logger
+	// ScrapeInterval is how often every engine's /metrics is scraped.
+	ScrapeInterval time.Duration
+	Signals        signals.Config
+	Optimizer      optimizer.Config
+	Log            *slog.Logger
 }
 
 // Validate reports the first unusable field.
@@ -53,10 +55,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--poll-interval must be > 0 (got %s)", c.PollInterval)
 	case c.SolvePeriod <= 0:
 		return fmt.Errorf("--solve-period must be > 0 (got %s)", c.SolvePeriod)
-	case c.StaleAfter <= 0:
-		return fmt.Errorf("--stale-after must be > 0 (got %s)", c.StaleAfter)
+	case c.ScrapeInterval <= 0:
+		return fmt.Errorf("--scrape-interval must be > 0 (got %s)", c.ScrapeInterval)
 	case c.Log == nil:
 		return errors.New("a logger is required")
+	}
+	if err := c.Signals.Validate(); err != nil {
+		return err
 	}
 	return c.Optimizer.Validate()
 }
@@ -67,6 +72,7 @@ type Server struct {
 	pub     *xds.Publisher
 	metrics *metrics
 	reports *loadReports
+	signals *signals.Aggregator
 
 	// ctlMu serializes the control loop: fleet reloads and periodic solves.
 	ctlMu sync.Mutex
@@ -75,8 +81,7 @@ type Server struct {
 	mu       sync.Mutex // guards what /debug/state reads
 	fleet    *fleet.Fleet
 	last     *optimizer.Result
-	views    map[string]EngineView
-	inputs   optimizer.Inputs
+	snap     signals.Snapshot
 	solveErr error
 }
 
@@ -121,11 +126,16 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	agg, err := signals.NewAggregator(cfg.Signals, time.Now)
+	if err != nil {
+		return nil, err
+	}
 	return &Server{
 		cfg:     cfg,
 		pub:     xds.NewPublisher(cfg.Log, resources.DefaultClusterOptions(), resources.DefaultRouteOptions()),
 		metrics: newMetrics(),
-		reports: newLoadReports(cfg.Log, time.Now),
+		reports: newLoadReports(cfg.Log, agg.ObserveReport, agg.ForgetSidecar),
+		signals: agg,
 		opt:     opt,
 	}, nil
 }
@@ -185,6 +195,7 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 
 	go s.solveLoop(watchCtx)
+	go s.scrapeLoop(watchCtx)
 	go hist.Run(watchCtx)
 
 	select {
@@ -235,11 +246,54 @@ func (s *Server) solveLoop(ctx context.Context) {
 	}
 }
 
+// scrapeLoop scrapes every engine's metrics every ScrapeInterval.
+func (s *Server) scrapeLoop(ctx context.Context) {
+	sc := &signals.Scraper{Client: &http.Client{Timeout: min(s.cfg.ScrapeInterval, 5*time.Second)}}
+	t := time.NewTicker(s.cfg.ScrapeInterval)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		f := s.fleet
+		s.mu.Unlock()
+		if f != nil {
+			targets := make([]signals.Target, 0, len(f.Engines))
+			for _, e := range f.Engines {
+				targets = append(targets, signals.Target{Engine: e.Name, URL: e.MetricsURL})
+			}
+			s.signals.ScrapeAll(ctx, sc, targets, 16)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// inputs turns the aggregated signals into the optimizer's inputs.
+func (s *Server) inputs(f *fleet.Fleet) (optimizer.Inputs, signals.Snapshot) {
+	specs := make([]signals.EngineSpec, 0, len(f.Engines))
+	for _, e := range f.Engines {
+		specs = append(specs, signals.EngineSpec{Name: e.Name, Models: e.Models, Capacity: e.CapacityRPS, Curve: s.cfg.Optimizer.DefaultCurve})
+	}
+	snap := s.signals.Snapshot(specs)
+	in := optimizer.Inputs{Demand: snap.Demand, Engines: make(map[string]optimizer.EngineInput, len(snap.Engines))}
+	for name, st := range snap.Engines {
+		ei := optimizer.EngineInput{Suspect: st.Suspect, Penalty: st.Penalty}
+		if st.Fitted {
+			c := st.Curve
+			ei.Curve = &c
+		}
+		in.Engines[name] = ei
+	}
+	return in, snap
+}
+
 // step solves for fleet f and publishes when the weights moved enough or the fleet is new.
 // A failed solve keeps the published weights (a new fleet without any solution yet gets
 // capacity-proportional weights). Callers hold ctlMu.
 func (s *Server) step(ctx context.Context, f *fleet.Fleet, newFleet bool) error {
-	in, views := s.reports.snapshot(s.cfg.StaleAfter)
+	in, snap := s.inputs(f)
 	start := time.Now()
 	res, solveErr := s.opt.Step(ctx, f, in)
 	s.metrics.solveSeconds.Observe(time.Since(start).Seconds())
@@ -280,7 +334,7 @@ func (s *Server) step(ctx context.Context, f *fleet.Fleet, newFleet bool) error 
 		s.metrics.shedRPS.Set(shed)
 	}
 	s.mu.Lock()
-	s.fleet, s.views, s.inputs, s.solveErr = f, views, in, solveErr
+	s.fleet, s.snap, s.solveErr = f, snap, solveErr
 	if res != nil {
 		s.last = res
 	}

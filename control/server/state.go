@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/extproc/guard"
 )
 
@@ -57,8 +58,12 @@ type EngineState struct {
 	LoadRPS   float64  `json:"load_rps"`
 	TTFTP50Ms *float64 `json:"ttft_p50_ms,omitempty"`
 	Penalty   *float64 `json:"penalty,omitempty"`
-	// Suspect engines stopped reporting metrics: the solver does not treat them as idle.
+	// Suspect engines stopped reporting metrics (or fail): the solver gives them nothing
+	// rather than treating them as idle.
 	Suspect bool `json:"suspect"`
+	// Signals is everything the control server learned of the engine: scraped vLLM
+	// metrics, the sidecars' view, and the fitted latency curve the solver uses.
+	Signals *signals.EngineState `json:"signals,omitempty"`
 }
 
 // SolverState describes the last solve.
@@ -74,7 +79,7 @@ type SolverState struct {
 // state assembles the introspection document.
 func (s *Server) state() State {
 	s.mu.Lock()
-	f, res, views, in, solveErr := s.fleet, s.last, s.views, s.inputs, s.solveErr
+	f, res, snap, solveErr := s.fleet, s.last, s.snap, s.solveErr
 	s.mu.Unlock()
 	plan := s.pub.Plan()
 	st := State{Version: s.pub.Version(), UpdatedAt: time.Now(), Nodes: map[string]NodeState{}}
@@ -121,7 +126,7 @@ func (s *Server) state() State {
 					}
 				}
 			}
-			ns.Models[m] = NodeModelState{Weights: w, DemandRPS: in.Demand[c.Name][m], ShedFraction: shed[[2]string{c.Name, m}]}
+			ns.Models[m] = NodeModelState{Weights: w, DemandRPS: snap.Demand[c.Name][m], ShedFraction: shed[[2]string{c.Name, m}]}
 		}
 		if res != nil {
 			if p := res.Policies[c.Name]; p != nil {
@@ -140,9 +145,15 @@ func (s *Server) state() State {
 	for _, e := range f.Engines {
 		es := EngineState{Name: e.Name, Region: e.Region, Address: e.Address, Models: e.Models,
 			CapacityRPS: e.CapacityRPS, Draining: e.Draining, LoadRPS: load[e.Name]}
-		if v, ok := views[e.Name]; ok {
-			ttft, pen := v.TTFTP50*1000, v.Penalty
-			es.TTFTP50Ms, es.Penalty = &ttft, &pen
+		if v, ok := snap.Engines[e.Name]; ok {
+			// The engine's own TTFT when it is scraped, else what the sidecars measured.
+			ttft := v.TTFT
+			if ttft == 0 {
+				ttft = v.SidecarTTFT
+			}
+			ttftMs, pen := ttft*1000, v.Penalty
+			es.TTFTP50Ms, es.Penalty, es.Suspect = &ttftMs, &pen, v.Suspect
+			es.Signals = &v
 		}
 		st.Engines = append(st.Engines, es)
 	}

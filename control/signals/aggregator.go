@@ -272,3 +272,12 @@ func (a *Aggregator) ScrapeAll(ctx context.Context, sc *Scraper, targets []Targe
 	}
 	wg.Wait()
 }
+
+// ForgetSidecar drops a sidecar's demand at once. Call it when the sidecar's report stream
+// ends: a sidecar that restarts reports under a new id, and holding the old one's demand
+// for ForgetAfter would count the node's demand twice.
+func (a *Aggregator) ForgetSidecar(node, sidecar string) {
+	a.mu.Lock()
+	delete(a.sidecars, sidecarKey{node, sidecar})
+	a.mu.Unlock()
+}

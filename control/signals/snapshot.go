@@ -209,3 +209,14 @@ func (s Snapshot) SolverEngines(specs []EngineSpec, models []string) []solver.En
 	}
 	return out
 }
+
+// UnmarshalText reads what MarshalText writes, so the introspection JSON round-trips.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, n := range stateNames {
+		if n == string(b) {
+			*s = State(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown engine state %q", b)
+}

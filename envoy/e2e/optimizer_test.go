@@ -25,7 +25,7 @@ func TestE2EOptimizerSpillsAcrossRegions(t *testing.T) {
 			{Name: "b-0", Region: "b", Models: []string{model}, CapacityRPS: 5, Args: fast},
 			{Name: "b-1", Region: "b", Models: []string{model}, CapacityRPS: 5, Args: fast},
 		},
-		ControlArgs: []string{"--solve-period", "250ms", "--stale-after", "3s"},
+		ControlArgs: []string{"--solve-period", "250ms"},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

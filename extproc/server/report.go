@@ -66,13 +66,27 @@ func (s *Server) buildReport(nodeID, sidecarID string) *meridianv1.LoadReport {
 	for _, d := range s.shedder.Demand() {
 		shedRate[d.Model] = d.ShedPerSecond
 	}
-	models := make([]string, 0, len(win))
+	// Every model this node routes is reported, 0 when nothing arrived: an absent entry
+	// would leave the control server's estimate at its last value.
+	known := map[string]bool{}
 	for m := range win {
+		known[m] = true
+	}
+	if r := s.routing.Load(); r != nil {
+		for m := range r.models {
+			known[m] = true
+		}
+	}
+	models := make([]string, 0, len(known))
+	for m := range known {
 		models = append(models, m)
 	}
 	sort.Strings(models)
 	for _, m := range models {
 		w := win[m]
+		if w == nil {
+			w = &modelWindow{}
+		}
 		rep.Demand = append(rep.Demand, &meridianv1.ModelDemand{
 			Model:                 m,
 			RequestsPerSecond:     float64(w.requests) / secs,

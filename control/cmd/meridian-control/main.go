@@ -15,6 +15,7 @@ import (
 
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/server"
+	"github.com/meridian-router/meridian/control/signals"
 )
 
 func main() {
@@ -33,7 +34,12 @@ func main() {
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the fleet file is checked for changes")
 	cfg.Optimizer = optimizer.DefaultConfig()
 	fs.DurationVar(&cfg.SolvePeriod, "solve-period", time.Second, "how often the optimizer re-solves")
-	fs.DurationVar(&cfg.StaleAfter, "stale-after", 5*time.Second, "sidecar reports older than this no longer count")
+	cfg.Signals = signals.DefaultConfig()
+	// Demand reacts within seconds; the signals' default half-life suits slower loops.
+	cfg.Signals.HalfLife = 3 * time.Second
+	fs.DurationVar(&cfg.ScrapeInterval, "scrape-interval", 2*time.Second, "how often every engine's /metrics is scraped")
+	fs.DurationVar(&cfg.Signals.HalfLife, "signal-half-life", cfg.Signals.HalfLife, "EWMA half-life of demand and engine signals")
+	fs.DurationVar(&cfg.Signals.StaleAfter, "stale-after", cfg.Signals.StaleAfter, "an engine neither scraped nor seen answering for this long is suspect and gets no traffic")
 	fs.Float64Var(&cfg.Optimizer.Params.RhoMax, "rho-max", cfg.Optimizer.Params.RhoMax, "highest utilization the optimizer plans for an engine, in (0,1)")
 	fs.Float64Var(&cfg.Optimizer.Params.MoveCost, "move-cost", cfg.Optimizer.Params.MoveCost, "price in seconds of moving 1 req/s between engines (anti-oscillation)")
 	fs.Float64Var(&cfg.Optimizer.MinShareChange, "min-share-change", cfg.Optimizer.MinShareChange, "smallest share change worth publishing, in [0,1)")
