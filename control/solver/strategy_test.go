@@ -1,9 +1,6 @@
 package solver
 
-import (
-	"fmt"
-	"testing"
-)
+import "testing"
 
 var strategies = []struct {
 	name string
@@ -25,17 +22,9 @@ var strategies = []struct {
 //
 //	go test -run '^$' -bench BenchmarkStrategies -count 5 ./control/solver/
 func BenchmarkStrategies(b *testing.B) {
-	for _, sz := range benchSizes {
-		none, moved := benchProblems(b, sz[0], sz[1], 8)
-		for _, pc := range []struct {
-			name string
-			p    *Problem
-		}{{"none", none}, {"moved", moved}} {
-			for _, st := range strategies {
-				b.Run(fmt.Sprintf("clusters=%d/engines=%d/prev=%s/%s", sz[0], sz[1], pc.name, st.name), func(b *testing.B) {
-					benchSolve(b, pc.p, st.o)
-				})
-			}
+	for _, bc := range benchCases(b) {
+		for _, st := range strategies {
+			b.Run(bc.name+"/"+st.name, func(b *testing.B) { benchSolve(b, bc.p, st.o) })
 		}
 	}
 }
