@@ -145,6 +145,10 @@ func (s *Server) refreshPenalties() {
 // Process handles one HTTP request's ext_proc stream.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	var st streamState
+	// Envoy closes the stream when the request ends, or cancels it when it stops waiting
+	// for the sidecar (message timeout) and fails open without the ticket: either way the
+	// request no longer counts against its engine here.
+	defer func() { s.tickets.end(st.ticket) }()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -173,6 +177,7 @@ type streamState struct {
 	traceparent string
 	req         request.Request
 	blocks      [64]uint64 // backs req.Blocks for the default MaxBlocks
+	ticket      string     // the in-flight ticket this stream's request holds, if any
 }
 
 func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -283,6 +288,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 	ep := m.table.Endpoint(primary)
 	grant := s.retries.Allow(s.utilization(m.table))
 	id := s.tickets.next()
+	st.ticket = id
 	s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now()})
 
 	var destBuf [256]byte
@@ -354,9 +360,6 @@ func (s *Server) key(r *request.Request) uint64 {
 // of Envoy's access log stream.
 func (s *Server) OnOutcome(rec outcome.Record) {
 	in, tracked := s.tickets.take(rec.Ticket)
-	if tracked {
-		in.ticket.Done()
-	}
 	if rec.Upstream == "" && !tracked {
 		return // answered by the sidecar itself (shed, bad request) or never routed
 	}

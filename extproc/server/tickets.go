@@ -18,6 +18,10 @@ type inflight struct {
 	address string // the primary the sidecar chose
 	model   string
 	start   time.Time
+	// ended is set when the request's ext_proc stream closed, which Envoy does when the
+	// request ends (or when it gave up on the sidecar): the in-flight count is released
+	// then, and the entry waits only for the outcome from the access log.
+	ended bool
 }
 
 // tickets maps ticket ids to in-flight requests. Envoy's access log entry for the request
@@ -47,7 +51,8 @@ func (t *tickets) put(id string, in inflight) {
 	t.mu.Unlock()
 }
 
-// take removes and returns the request with id, if it is still in flight.
+// take removes and returns the request with id, releasing its in-flight count unless its
+// stream end already did.
 func (t *tickets) take(id string) (inflight, bool) {
 	t.mu.Lock()
 	in, ok := t.m[id]
@@ -55,17 +60,39 @@ func (t *tickets) take(id string) (inflight, bool) {
 		delete(t.m, id)
 	}
 	t.mu.Unlock()
+	if ok && !in.ended {
+		in.ticket.Done()
+	}
 	return in, ok
 }
 
-// expire ends every ticket started before cutoff and returns how many it ended: their
-// outcomes were lost, and an in-flight count that never falls would starve the engine.
+// end releases the in-flight count of id's request when its stream closes, keeping the
+// entry for the outcome. It is a no-op for unknown or already ended ids.
+func (t *tickets) end(id string) {
+	t.mu.Lock()
+	in, ok := t.m[id]
+	release := ok && !in.ended
+	if release {
+		in.ended = true
+		t.m[id] = in
+	}
+	t.mu.Unlock()
+	if release {
+		in.ticket.Done()
+	}
+}
+
+// expire drops every ticket started before cutoff, releasing those still counted, and
+// returns how many it released: their ends and outcomes were lost, and an in-flight count
+// that never falls would starve the engine.
 func (t *tickets) expire(cutoff time.Time) int {
 	var old []inflight
 	t.mu.Lock()
 	for id, in := range t.m {
 		if in.start.Before(cutoff) {
-			old = append(old, in)
+			if !in.ended {
+				old = append(old, in)
+			}
 			delete(t.m, id)
 		}
 	}
