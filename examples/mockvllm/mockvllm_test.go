@@ -146,14 +146,15 @@ func ttft(t *testing.T, url, body string) time.Duration {
 }
 
 func TestCachedPromptHasShorterTTFT(t *testing.T) {
-	// 40,000 bytes are 10,000 tokens: two 8192-token prefill steps at 100,000 tokens/s
-	// (at least 100 ms) when cold, one step of about 13 ms when cached.
-	base := startMock(t, "--prefill-tokens-per-sec", "100000")
+	// 40,000 bytes are 10,000 tokens: two 8192-token prefill steps at 20,000 tokens/s
+	// (at least 500 ms) when cold, one step of about 13 ms when cached. The margin keeps
+	// the test meaningful on a busy machine.
+	base := startMock(t, "--prefill-tokens-per-sec", "20000")
 	body := promptBody("m1", strings.Repeat("abcdefgh", 5000), 1, true)
 	cold := ttft(t, base+"/v1/completions", body)
 	warm := ttft(t, base+"/v1/completions", body)
-	if cold < 100*time.Millisecond || warm > cold/2 {
-		t.Fatalf("cold TTFT %v, warm %v: want cold >= 100ms and warm < cold/2", cold, warm)
+	if cold < 500*time.Millisecond || warm > cold/2 {
+		t.Fatalf("cold TTFT %v, warm %v: want cold >= 500ms and warm < cold/2", cold, warm)
 	}
 }
 
@@ -202,7 +203,8 @@ func setFaults(t *testing.T, base, body string) int {
 
 func TestFaultInjectionAtRunTime(t *testing.T) {
 	base := startMock(t, "--ttft", "20ms", "--itl", "1ms")
-	client := &http.Client{Timeout: 300 * time.Millisecond}
+	// Generous for a busy machine; the hang case waits it out.
+	client := &http.Client{Timeout: time.Second}
 	gen := func() (*http.Response, error) {
 		return client.Post(base+"/v1/completions", "application/json", strings.NewReader(promptBody("m1", "x", 2, false)))
 	}
