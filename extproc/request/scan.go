@@ -345,6 +345,65 @@ func (s *scanner) key(buf []byte) ([]byte, error) {
 	return buf, s.expect(':')
 }
 
+// object reads an object, calling field for each key with the scanner at its value; field
+// must consume the value. notObject is the client error when the value is not an object.
+func (s *scanner) object(notObject func() error, scratch []byte, field func(key []byte) error) error {
+	if c, err := s.next(); err != nil {
+		return err
+	} else if c != '{' {
+		return notObject()
+	}
+	if err := s.open('{'); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		ok, err := s.more(first, '}')
+		if err != nil || !ok {
+			return err
+		}
+		k, err := s.key(scratch)
+		if err != nil {
+			return err
+		}
+		if err := field(k); err != nil {
+			return err
+		}
+	}
+}
+
+// array reads an array, calling elem for each element with the scanner at it; elem must
+// consume the element. notArray is the client error when the value is not an array.
+func (s *scanner) array(notArray func() error, elem func(i int) error) error {
+	if c, err := s.next(); err != nil {
+		return err
+	} else if c != '[' {
+		return notArray()
+	}
+	if err := s.open('['); err != nil {
+		return err
+	}
+	for i := 0; ; i++ {
+		ok, err := s.more(i == 0, ']')
+		if err != nil || !ok {
+			return err
+		}
+		if err := elem(i); err != nil {
+			return err
+		}
+	}
+}
+
+// stringInto reads a string value into sink, or fails with notString. The error
+// constructors are called only on failure, so the hot path formats nothing.
+func (s *scanner) stringInto(notString func() error, sink func([]byte)) error {
+	if c, err := s.next(); err != nil {
+		return err
+	} else if c != '"' {
+		return notString()
+	}
+	return s.str(sink)
+}
+
 // parser walks an OpenAI request body and feeds the hasher the canonical prompt.
 type parser struct {
 	sc          scanner
@@ -357,52 +416,31 @@ type parser struct {
 	model       [256]byte
 }
 
+// errNotObject is kept as a value so the hot path builds no error it does not return.
+var errNotObject = &Error{Reason: "invalid JSON body: it must be a JSON object"}
+
 func (p *parser) top(r *Request) error {
-	if c, err := p.sc.next(); err != nil {
-		return err
-	} else if c != '{' {
-		return badf("invalid JSON body: it must be a JSON object")
-	}
-	if err := p.sc.open('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		ok, err := p.sc.more(first, '}')
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		k, err := p.sc.key(p.scratch[:0])
-		if err != nil {
-			return err
-		}
+	err := p.sc.object(func() error { return errNotObject }, p.scratch[:0], func(k []byte) error {
 		switch string(k) {
 		case "model":
-			err = p.readModel(r)
+			return p.readModel(r)
 		case "stream":
-			err = p.readStream(r)
+			return p.readStream(r)
 		case "messages":
 			if p.kind == ChatCompletions {
 				p.sawMessages = true
-				err = p.readMessages()
-			} else {
-				err = p.sc.skip()
+				return p.readMessages()
 			}
 		case "prompt":
 			if p.kind == Completions {
 				p.sawPrompt = true
-				err = p.readPrompt()
-			} else {
-				err = p.sc.skip()
+				return p.readPrompt()
 			}
-		default:
-			err = p.sc.skip()
 		}
-		if err != nil {
-			return err
-		}
+		return p.sc.skip()
+	})
+	if err != nil {
+		return err
 	}
 	if c, err := p.sc.next(); err == nil {
 		return p.sc.syntax(fmt.Sprintf("unexpected %q after the top-level object", c))
@@ -410,15 +448,12 @@ func (p *parser) top(r *Request) error {
 	return nil
 }
 
+var errModelType = &Error{Reason: "'model' must be a string"}
+
 func (p *parser) readModel(r *Request) error {
-	if c, err := p.sc.next(); err != nil {
-		return err
-	} else if c != '"' {
-		return badf("'model' must be a string")
-	}
 	buf := p.model[:0]
 	long := false
-	err := p.sc.str(func(b []byte) {
+	err := p.sc.stringInto(func() error { return errModelType }, func(b []byte) {
 		if len(buf)+len(b) > cap(buf) {
 			long = true
 			return
@@ -453,69 +488,36 @@ var (
 	sepMessage = []byte{0x1e}
 )
 
+var errMessagesType = &Error{Reason: "'messages' must be an array"}
+
 func (p *parser) readMessages() error {
-	if c, err := p.sc.next(); err != nil {
-		return err
-	} else if c != '[' {
-		return badf("'messages' must be an array")
-	}
-	if err := p.sc.open('['); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		ok, err := p.sc.more(first, ']')
-		if err != nil || !ok {
-			return err
-		}
+	return p.sc.array(func() error { return errMessagesType }, func(int) error {
 		if err := p.readMessage(); err != nil {
 			return err
 		}
 		p.messages++
-	}
+		return nil
+	})
 }
 
 // readMessage hashes role NUL content ... RS. Role normally precedes content; when it does
 // not, the canonical form still follows the bytes in the order they arrive.
 func (p *parser) readMessage() error {
-	if c, err := p.sc.next(); err != nil {
-		return err
-	} else if c != '{' {
-		return badf("messages[%d] must be an object", p.messages)
-	}
-	if err := p.sc.open('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		ok, err := p.sc.more(first, '}')
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		k, err := p.sc.key(p.scratch[:0])
-		if err != nil {
-			return err
-		}
+	err := p.sc.object(func() error { return badf("messages[%d] must be an object", p.messages) }, p.scratch[:0], func(k []byte) error {
 		switch string(k) {
 		case "role":
-			if c, err := p.sc.next(); err != nil {
-				return err
-			} else if c != '"' {
-				return badf("messages[%d].role must be a string", p.messages)
-			}
-			if err := p.sc.str(p.h.write); err != nil {
+			if err := p.sc.stringInto(func() error { return badf("messages[%d].role must be a string", p.messages) }, p.h.write); err != nil {
 				return err
 			}
 			p.h.write(sepRole)
+			return nil
 		case "content":
-			err = p.readContent()
-		default:
-			err = p.sc.skip()
+			return p.readContent()
 		}
-		if err != nil {
-			return err
-		}
+		return p.sc.skip()
+	})
+	if err != nil {
+		return err
 	}
 	p.h.write(sepMessage)
 	return nil
@@ -540,76 +542,30 @@ func (p *parser) readContent() error {
 	default:
 		return badf("messages[%d].content must be a string or an array of parts", p.messages)
 	}
-	if err := p.sc.open('['); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		ok, err := p.sc.more(first, ']')
-		if err != nil || !ok {
-			return err
-		}
-		if c, err := p.sc.next(); err != nil {
-			return err
-		} else if c != '{' {
-			return badf("messages[%d].content parts must be objects", p.messages)
-		}
-		if err := p.sc.open('{'); err != nil {
-			return err
-		}
-		for pfirst := true; ; pfirst = false {
-			ok, err := p.sc.more(pfirst, '}')
-			if err != nil {
-				return err
-			}
-			if !ok {
-				break
-			}
-			k, err := p.sc.key(p.scratch[:0])
-			if err != nil {
-				return err
-			}
+	return p.sc.array(nil /* checked above */, func(int) error {
+		return p.sc.object(func() error { return badf("messages[%d].content parts must be objects", p.messages) }, p.scratch[:0], func(k []byte) error {
 			if string(k) != "text" {
-				if err := p.sc.skip(); err != nil {
-					return err
-				}
-				continue
+				return p.sc.skip()
 			}
-			if c, err := p.sc.next(); err != nil {
-				return err
-			} else if c != '"' {
-				return badf("messages[%d].content[].text must be a string", p.messages)
-			}
-			if err := p.sc.str(p.h.write); err != nil {
-				return err
-			}
-		}
-	}
+			return p.sc.stringInto(func() error { return badf("messages[%d].content[].text must be a string", p.messages) }, p.h.write)
+		})
+	})
 }
+
+var errPromptShape = &Error{Reason: "'prompt' must be a string, an array of strings or an array of token ids"}
 
 // readPrompt accepts a string, an array of strings (the first is hashed: a batch shares no
 // single prefix), or an array of token ids.
 func (p *parser) readPrompt() error {
-	const shape = "'prompt' must be a string, an array of strings or an array of token ids"
 	c, err := p.sc.next()
 	if err != nil {
 		return err
 	}
-	switch c {
-	case '"':
+	if c == '"' {
 		return p.sc.str(p.h.write)
-	case '[':
-	default:
-		return badf(shape)
-	}
-	if err := p.sc.open('['); err != nil {
-		return err
 	}
 	var tok [8]byte
-	for first, i := true, 0; ; first, i = false, i+1 {
-		ok, err := p.sc.more(first, ']')
-		if err != nil || !ok {
-			return err
-		}
+	return p.sc.array(func() error { return errPromptShape }, func(i int) error {
 		c, err := p.sc.next()
 		if err != nil {
 			return err
@@ -620,9 +576,7 @@ func (p *parser) readPrompt() error {
 			if i > 0 {
 				sink = nil
 			}
-			if err := p.sc.str(sink); err != nil {
-				return err
-			}
+			return p.sc.str(sink)
 		case c == '-' || c >= '0' && c <= '9':
 			num, err := p.sc.number()
 			if err != nil {
@@ -634,10 +588,10 @@ func (p *parser) readPrompt() error {
 			}
 			binary.LittleEndian.PutUint64(tok[:], uint64(n))
 			p.h.write(tok[:])
-		default:
-			return badf(shape)
+			return nil
 		}
-	}
+		return errPromptShape
+	})
 }
 
 func parseInt(b []byte) (int64, bool) {
