@@ -53,5 +53,17 @@ proto:
 demo:
 	@DURATION=$(DURATION) bash scripts/demo.sh
 
+# The simulator on the Mooncake trace at 0.8 load, every scenario and policy; writes
+# docs/results/ (report.md, results.json, plots).
+SIM_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
+sim:
+	$(GO) run ./sim/cmd/meridian-sim --trace $(SIM_TRACE) --load 0.8 --scenario all --out docs/results
+
+# The sidecar's overhead through a real Envoy (last line JSON), and the Go benchmarks.
+bench: setup
+	bash scripts/bench-overhead.sh
+	$(GO) test -run '^$$' -bench 'BenchmarkPick|BenchmarkProcess' -benchmem ./extproc/...
+	$(GO) test -run '^$$' -bench 'BenchmarkSolve' -benchmem ./control/solver
+
 clean:
 	rm -rf bin out

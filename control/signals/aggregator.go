@@ -94,6 +94,7 @@ type engineState struct {
 	arrival             ewma
 	ttft, itl, e2e      ewma
 	errRate, penalty    ewma
+	errAt               time.Time // when errRate last had requests to learn from
 	sidecarTTFT         ewma
 	fit                 fitter
 	everScraped, served bool
@@ -209,6 +210,7 @@ func (a *Aggregator) ObserveReport(r *meridianv1.LoadReport) error {
 		st := a.engine(o.GetEngine(), now)
 		if n := o.GetRequests(); n > 0 {
 			st.errRate.add(float64(o.GetErrors())/float64(n), span, hl)
+			st.errAt = now
 			if o.GetErrors() < n {
 				st.lastServed, st.served = now, true
 			}

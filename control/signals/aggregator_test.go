@@ -206,3 +206,30 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A Failing engine gets no traffic; its error rate must fade so it is tried again.
+func TestFailingEngineIsRetriedAfterItsErrorsFade(t *testing.T) {
+	now := time.Unix(1000, 0)
+	cfg := DefaultConfig()
+	a, err := NewAggregator(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := []EngineSpec{{Name: "e", Models: []string{"m"}, Capacity: 10}}
+	a.ObserveScrape("e", Sample{})
+	for i := 0; i < 5; i++ {
+		if err := a.ObserveReport(&meridianv1.LoadReport{NodeId: "n", SidecarId: "s", WindowSeconds: 1,
+			Engines: []*meridianv1.EngineObservation{{Engine: "e", Requests: 10, Errors: 10}}}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	if st := a.Snapshot(spec).Engines["e"]; st.State != Failing || !st.Suspect {
+		t.Fatalf("after 5 s of errors: %v, want failing", st.State)
+	}
+	now = now.Add(3 * cfg.HalfLife) // no requests since: nothing new was learned
+	a.ObserveScrape("e", Sample{})
+	if st := a.Snapshot(spec).Engines["e"]; st.State == Failing || st.Suspect {
+		t.Fatalf("three half-lives after its last error, with fresh scrapes: %v (error rate %.2f), want it tried again", st.State, st.ErrorRate)
+	}
+}

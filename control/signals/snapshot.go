@@ -151,7 +151,7 @@ func (a *Aggregator) engineState(st *engineState, spec EngineSpec, now time.Time
 		ITL:           st.itl.value(0),
 		E2E:           st.e2e.value(0),
 		SidecarTTFT:   st.sidecarTTFT.value(0),
-		ErrorRate:     st.errRate.value(0),
+		ErrorRate:     st.errorRate(now, a.cfg.HalfLife),
 		LastScrape:    st.lastScrape,
 		LastServed:    st.lastServed,
 		LastError:     st.lastError,
@@ -219,4 +219,16 @@ func (s *State) UnmarshalText(b []byte) error {
 		}
 	}
 	return fmt.Errorf("unknown engine state %q", b)
+}
+
+// errorRate is the smoothed error rate, fading with the time since any sidecar last sent
+// the engine requests. A Failing engine gets no traffic, so without the fade it would never
+// be heard from again and stay Failing after it recovered; with it, it is tried again after
+// a few half-lives and either serves or fails again.
+func (st *engineState) errorRate(now time.Time, halfLife time.Duration) float64 {
+	r := st.errRate.value(0)
+	if st.errAt.IsZero() || r == 0 {
+		return r
+	}
+	return r * math.Exp2(-now.Sub(st.errAt).Seconds()/halfLife.Seconds())
 }
