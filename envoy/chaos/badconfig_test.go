@@ -40,8 +40,8 @@ func badFleets() []badFleet {
 		{name: "host name address", edit: func(f *fleet.Fleet) { f.Engines[0].Address = "localhost:8000" }, field: "engines[0].address", why: "not ip:port"},
 		{name: "duplicate address", edit: func(f *fleet.Fleet) { f.Engines[2].Address = f.Engines[0].Address }, field: "engines[2].address", why: "also the address"},
 		{name: "unknown model on an engine", edit: func(f *fleet.Fleet) { f.Engines[0].Models = []string{"nope"} }, field: "engines[0].models[0]", why: "not one of models"},
-		{name: "zero capacity", edit: func(f *fleet.Fleet) { f.Engines[1].CapacityRPS = 0 }, field: "engines[1].capacity_rps", why: "must be > 0"},
-		{name: "negative max_in_flight", edit: func(f *fleet.Fleet) { f.Engines[0].MaxInFlight = -1 }, field: "engines[0].max_in_flight", why: "must be >= 0"},
+		{name: "zero capacity", edit: func(f *fleet.Fleet) { f.Engines[1].CapacityRPS = 0 }, field: "engines[1].capacity_rps", why: "> 0"},
+		{name: "negative max_in_flight", edit: func(f *fleet.Fleet) { f.Engines[0].MaxInFlight = -1 }, field: "engines[0].max_in_flight", why: ">= 0"},
 		{name: "missing RTT", edit: func(f *fleet.Fleet) { f.RTTMillis = nil }, field: "rtt_ms." + node, why: "missing"},
 		{name: "weight for an unknown engine", edit: func(f *fleet.Fleet) { f.Weights[node]["ghost"] = 5 }, field: "weights." + node + ".ghost", why: "not one of engines"},
 		{name: "all weights zero", edit: func(f *fleet.Fleet) {

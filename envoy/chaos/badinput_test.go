@@ -255,6 +255,7 @@ func retryHeadersIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 // priority is shed, and counted at the default priority.
 func priorityIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 	setMaxInFlight(ctx, t, s, 1)
+	defer setMaxInFlight(ctx, t, s, 0)
 	hang := stack.NoFaults()
 	hang.Hang = true
 	for name := range s.Engines {
