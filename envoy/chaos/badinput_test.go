@@ -90,7 +90,7 @@ func openAIError(body []byte) (typ string, err error) {
 // passed through when it is merely unsteerable; steering, retry and priority headers a
 // client sets are ignored; the sidecar never panics and its memory stays bounded.
 func TestChaosBadInput(t *testing.T) {
-	s := startStack(t, withCapacity(oneNode(3, map[string]uint32{"e0": 1, "e1": 1, "e2": 1}), 25))
+	s := startStack(t, evenThree())
 	n := s.Nodes[node]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

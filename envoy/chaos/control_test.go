@@ -82,14 +82,6 @@ func TestChaosControlServerDies(t *testing.T) {
 	}
 }
 
-// withCapacity sets every engine's capacity_rps, which the control server's LP plans with.
-func withCapacity(spec stack.Spec, rps float64) stack.Spec {
-	for i := range spec.Engines {
-		spec.Engines[i].CapacityRPS = rps
-	}
-	return spec
-}
-
 // envoyWeightsByName is the node's Envoy view of the model cluster, by engine name.
 func envoyWeightsByName(ctx context.Context, t *testing.T, s *stack.Stack) map[string]uint32 {
 	t.Helper()

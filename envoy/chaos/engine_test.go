@@ -13,7 +13,7 @@ import (
 // of requests fail, Envoy's retries stay inside the sidecar's budget, the sidecar stops
 // choosing the dead engine within seconds, and uses it again once it is back.
 func TestChaosEngineDies(t *testing.T) {
-	s := startStack(t, withCapacity(oneNode(3, map[string]uint32{"e0": 1, "e1": 1, "e2": 1}), 25))
+	s := startStack(t, evenThree())
 	n := s.Nodes[node]
 	victim := s.Engines["e1"]
 	const (
@@ -70,11 +70,7 @@ func TestChaosEngineDies(t *testing.T) {
 
 	// The sidecar has stopped choosing the engine when its share of primaries in a 1 s
 	// window falls to what the outlier penalty's floor leaves it.
-	floor := guard.DefaultOutlierConfig().MinFactor
-	penaltyShare := floor / (2 + floor)
-	stopped, ok := firstWindow(entries, killed, time.Second, func(w []stack.AccessEntry) bool {
-		return len(w) >= rate/2 && primaryShare(w, victim.Address) <= 2*penaltyShare+0.05
-	})
+	stopped, ok := atPenaltyFloor(entries, killed, victim.Address, rate/2)
 	if !ok {
 		t.Fatalf("the sidecar kept choosing the dead engine until it came back")
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/examples/loadgen/load"
+	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/sim/trace"
 )
 
@@ -60,6 +61,20 @@ func oneNode(n int, weights map[string]uint32) stack.Spec {
 	spec := stack.Spec{Nodes: []stack.NodeSpec{{Name: node, Region: "a"}}, Engines: engineSpec(n)}
 	if weights != nil {
 		spec.Weights = map[string]map[string]uint32{node: weights}
+	}
+	return spec
+}
+
+// evenThree is the usual chaos stack: three engines under equal static weights (the
+// optimizer leaves them alone) and a planned capacity of 25 req/s each.
+func evenThree() stack.Spec {
+	return withCapacity(oneNode(3, map[string]uint32{"e0": 1, "e1": 1, "e2": 1}), 25)
+}
+
+// withCapacity sets every engine's capacity_rps, which the control server's LP plans with.
+func withCapacity(spec stack.Spec, rps float64) stack.Spec {
+	for i := range spec.Engines {
+		spec.Engines[i].CapacityRPS = rps
 	}
 	return spec
 }
@@ -302,4 +317,15 @@ func samplePenalties(s *stack.Stack, every time.Duration) *penaltySampler {
 func (p *penaltySampler) lowest() map[string]float64 {
 	close(p.stop)
 	return <-p.done
+}
+
+// atPenaltyFloor returns when, after from, the engine at addr first drew no more than
+// about the outlier penalty floor's share of primaries in a 1 s window of at least minLogged
+// requests (one engine of three, the other two unpenalized).
+func atPenaltyFloor(entries []stack.AccessEntry, from time.Time, addr string, minLogged int) (time.Time, bool) {
+	floor := guard.DefaultOutlierConfig().MinFactor
+	share := floor / (2 + floor)
+	return firstWindow(entries, from, time.Second, func(w []stack.AccessEntry) bool {
+		return len(w) >= minLogged && primaryShare(w, addr) <= 2*share+0.05
+	})
 }

@@ -13,7 +13,7 @@ import (
 // (Envoy's ext_proc fails open to the cluster's weighted Maglev fallback), and once the
 // sidecar is back it steers again, each prompt to the engine it had before.
 func TestChaosSidecarDies(t *testing.T) {
-	s := startStack(t, withCapacity(oneNode(3, map[string]uint32{"e0": 1, "e1": 1, "e2": 1}), 25))
+	s := startStack(t, evenThree())
 	n := s.Nodes[node]
 	const (
 		rate   = 40

@@ -21,7 +21,7 @@ import (
 // not left inflated. Then slow clients (bodies that never finish) and costly bodies run
 // beside normal traffic, which must not notice them.
 func TestChaosSidecarStuck(t *testing.T) {
-	s := startStack(t, withCapacity(oneNode(3, map[string]uint32{"e0": 1, "e1": 1, "e2": 1}), 25))
+	s := startStack(t, evenThree())
 	n := s.Nodes[node]
 	timeout := bootstrap.DefaultParams().MessageTimeout
 	const (
