@@ -195,7 +195,8 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		return nil, fmt.Errorf("bootstrap for %s: %w", n.Name, err)
 	}
 	node.Sidecar = s.proc("sidecar-"+n.Name, s.spec.Bins.Sidecar, append([]string{"--node-id", n.Name,
-		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", s.ControlXDS}, s.spec.SidecarArgs...))
+		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", s.ControlXDS,
+		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}, s.spec.SidecarArgs...))
 	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",
 		"--concurrency", strconv.Itoa(s.spec.EnvoyConcurrency), "--log-level", "warn", "--file-flush-interval-msec", "50"})
 	if !n.WithoutSidecar {

@@ -33,6 +33,11 @@ type Config struct {
 	ReportInterval time.Duration
 	// PenaltyInterval is how often outlier penalties are re-evaluated.
 	PenaltyInterval time.Duration
+	// BodyLimitBytes is Envoy's per-connection buffer limit (the bootstrap's --buffer-limit).
+	// A request whose Content-Length exceeds it is not steered: the sidecar asks Envoy not to
+	// send its body, because BUFFERED_PARTIAL can lose the end of such a body, and Envoy's
+	// weighted fallback routes it. Such a prompt is over a million bytes.
+	BodyLimitBytes int64
 	// MaxRequestAge releases in-flight tickets whose outcome never arrived (Envoy's access
 	// log entry was lost); it must exceed the longest request.
 	MaxRequestAge time.Duration
@@ -71,6 +76,7 @@ func DefaultConfig(log *slog.Logger) Config {
 		ReportInterval:  time.Second,
 		PenaltyInterval: 250 * time.Millisecond,
 		MaxRequestAge:   15 * time.Minute,
+		BodyLimitBytes:  1 << 20,
 		Log:             log,
 	}
 }
@@ -104,6 +110,9 @@ func (c Config) Validate() error {
 			add(fmt.Errorf("priority.api_keys[%s]: priority must be in [0, %d) (got %d)", k, c.Shed.Priorities, p))
 		}
 	}
+	if c.BodyLimitBytes < 4096 {
+		add(fmt.Errorf("body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
+	}
 	for name, d := range map[string]time.Duration{"report_interval": c.ReportInterval, "penalty_interval": c.PenaltyInterval, "max_request_age": c.MaxRequestAge} {
 		if d <= 0 {
 			add(fmt.Errorf("%s must be > 0 (got %s)", name, d))
@@ -130,6 +139,7 @@ type fileConfig struct {
 	Priorities      *int            `yaml:"priorities"`
 	RetryAfter      *time.Duration  `yaml:"retry_after"`
 	Priority        *PriorityConfig `yaml:"priority"`
+	BodyLimitBytes  *int64          `yaml:"body_limit_bytes"`
 }
 
 type fileRetry struct {
@@ -170,6 +180,7 @@ func LoadConfig(path string, c Config) (Config, error) {
 		set(&c.Retry.Curve.RetryOn, r.RetryOn)
 		set(&c.Retry.Ratio, r.Ratio)
 	}
+	set(&c.BodyLimitBytes, f.BodyLimitBytes)
 	if f.Priority != nil {
 		c.Priority = *f.Priority
 	}

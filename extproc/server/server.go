@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -178,15 +179,34 @@ type streamState struct {
 	req         request.Request
 	blocks      [64]uint64 // backs req.Blocks for the default MaxBlocks
 	ticket      string     // the in-flight ticket this stream's request holds, if any
+	// contentLength is the request's Content-Length, 0 when absent.
+	contentLength int64
+}
+
+// noBody tells Envoy to send no body for this request and nothing for its response: the
+// whole processing mode is replaced, so every phase is stated.
+var noBody = &extprocv3filter.ProcessingMode{
+	RequestHeaderMode:   extprocv3filter.ProcessingMode_SEND,
+	ResponseHeaderMode:  extprocv3filter.ProcessingMode_SKIP,
+	RequestBodyMode:     extprocv3filter.ProcessingMode_NONE,
+	ResponseBodyMode:    extprocv3filter.ProcessingMode_NONE,
+	RequestTrailerMode:  extprocv3filter.ProcessingMode_SKIP,
+	ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
 }
 
 func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		s.readHeaders(st, r.RequestHeaders.GetHeaders())
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{},
 		}}
+		if st.kind != 0 && st.contentLength > s.cfg.BodyLimitBytes {
+			st.kind = 0
+			resp.ModeOverride = noBody
+			s.metrics.decision(ctx, "", resultPassThrough)
+		}
+		return resp
 	case *extprocv3.ProcessingRequest_RequestBody:
 		if st.kind == 0 {
 			return continueBody()
@@ -215,6 +235,8 @@ func (s *Server) readHeaders(st *streamState, h *corev3.HeaderMap) {
 		switch {
 		case k == ":path":
 			st.kind = request.KindOf(value(hv))
+		case k == "content-length":
+			st.contentLength, _ = strconv.ParseInt(value(hv), 10, 64)
 		case k == "traceparent":
 			st.traceparent = value(hv)
 		case k == "authorization" && len(s.cfg.Priority.APIKeys) > 0:

@@ -60,6 +60,7 @@ func main() {
 	fs.IntVar(&cfg.Request.BlockBytes, "block-bytes", cfg.Request.BlockBytes, "bytes of canonical prompt per prefix block")
 	fs.IntVar(&cfg.Request.MaxBlocks, "max-blocks", cfg.Request.MaxBlocks, "prefix blocks hashed at most")
 	fs.IntVar(&cfg.AffinityBlocks, "affinity-blocks", cfg.AffinityBlocks, "prefix blocks that form the routing key")
+	fs.Int64Var(&cfg.BodyLimitBytes, "body-limit", cfg.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): larger bodies are left unsteered")
 	fs.IntVar(&cfg.Picker.Fallbacks, "fallbacks", cfg.Picker.Fallbacks, "engines after the primary in the endpoint list")
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -84,6 +85,7 @@ func main() {
 			"max-blocks":      func() { fileCfg.Request.MaxBlocks = cfg.Request.MaxBlocks },
 			"affinity-blocks": func() { fileCfg.AffinityBlocks = cfg.AffinityBlocks },
 			"fallbacks":       func() { fileCfg.Picker.Fallbacks = cfg.Picker.Fallbacks },
+			"body-limit":      func() { fileCfg.BodyLimitBytes = cfg.BodyLimitBytes },
 		} {
 			if explicit[name] {
 				apply()
