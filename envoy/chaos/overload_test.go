@@ -126,8 +126,10 @@ func TestChaosOverload(t *testing.T) {
 		}
 	}
 	figure(t, "last_shed_after_overload_ms", lastShed.Milliseconds())
-	if lastShed > 5*time.Second {
-		t.Errorf("a request was still shed %s after the overload ended at half the capacity; want within 5s", lastShed)
+	// The control server smooths demand over about 3 s, and reports and solves come every
+	// second: the quota lifts some 4–5 s after the load falls.
+	if lastShed > 6*time.Second {
+		t.Errorf("a request was still shed %s after the overload ended at half the capacity; want within 6s", lastShed)
 	}
 }
 
