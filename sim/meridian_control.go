@@ -95,16 +95,7 @@ func (m *meridian) report(sc *sidecar, i int, window float64) *meridianv1.LoadRe
 // solve takes the aggregator's snapshot as the optimizer's inputs (smoothed demand, fitted
 // curves, suspect engines, penalties), runs one period and applies the result.
 func (m *meridian) solve() {
-	snap := m.agg.Snapshot(m.specs)
-	in := optimizer.Inputs{Demand: snap.Demand, Engines: map[string]optimizer.EngineInput{}}
-	for name, st := range snap.Engines {
-		ei := optimizer.EngineInput{Suspect: st.Suspect, Penalty: st.Penalty}
-		if st.Fitted {
-			curve := st.Curve
-			ei.Curve = &curve
-		}
-		in.Engines[name] = ei
-	}
+	in := optimizer.InputsFrom(m.agg.Snapshot(m.specs))
 	res, err := m.opt.Step(context.Background(), m.fleet, in)
 	if err != nil {
 		return // the control server keeps its last good weights

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/solver"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
@@ -87,6 +88,21 @@ type EngineInput struct {
 	Suspect bool
 	// Penalty in (0, 1] scales the engine's capacity (sidecars' outlier penalties).
 	Penalty float64
+}
+
+// InputsFrom takes what control/signals aggregated (smoothed demand, fitted curves,
+// suspect engines, penalties) as the optimizer's inputs.
+func InputsFrom(snap signals.Snapshot) Inputs {
+	in := Inputs{Demand: snap.Demand, Engines: make(map[string]EngineInput, len(snap.Engines))}
+	for name, st := range snap.Engines {
+		ei := EngineInput{Suspect: st.Suspect, Penalty: st.Penalty}
+		if st.Fitted {
+			c := st.Curve
+			ei.Curve = &c
+		}
+		in.Engines[name] = ei
+	}
+	return in
 }
 
 // Result is one period's outcome.

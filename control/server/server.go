@@ -277,16 +277,7 @@ func (s *Server) inputs(f *fleet.Fleet) (optimizer.Inputs, signals.Snapshot) {
 		specs = append(specs, signals.EngineSpec{Name: e.Name, Models: e.Models, Capacity: e.CapacityRPS, Curve: s.cfg.Optimizer.DefaultCurve})
 	}
 	snap := s.signals.Snapshot(specs)
-	in := optimizer.Inputs{Demand: snap.Demand, Engines: make(map[string]optimizer.EngineInput, len(snap.Engines))}
-	for name, st := range snap.Engines {
-		ei := optimizer.EngineInput{Suspect: st.Suspect, Penalty: st.Penalty}
-		if st.Fitted {
-			c := st.Curve
-			ei.Curve = &c
-		}
-		in.Engines[name] = ei
-	}
-	return in, snap
+	return optimizer.InputsFrom(snap), snap
 }
 
 // step solves for fleet f and publishes when the weights moved enough or the fleet is new.
