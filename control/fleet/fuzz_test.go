@@ -12,7 +12,7 @@ import (
 // FuzzParse feeds the fleet parser arbitrary bytes. Whatever it is given, Parse must not
 // panic; a rejection must name the file; an accepted fleet must be valid, hold only finite
 // numbers (the control server's LP refuses anything else), and survive a YAML round trip
-// unchanged. Run it longer with: go test ./control/fleet -run '^$' -fuzz FuzzParse -fuzztime 30s
+// unchanged. Run it longer with: go test ./control/fleet -run '^$' -fuzz '^FuzzParse$' -fuzztime 30s
 func FuzzParse(f *testing.F) {
 	for _, seed := range []string{
 		good,
