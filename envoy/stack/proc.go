@@ -83,11 +83,23 @@ func (p *Proc) stop(sig syscall.Signal, grace time.Duration) {
 	if cmd == nil {
 		return
 	}
+	// A process that already exited may have had its pid reused (pids wrap within minutes
+	// on a busy machine): never signal a group we no longer own.
+	select {
+	case <-done:
+		return
+	default:
+	}
 	_ = syscall.Kill(-cmd.Process.Pid, sig)
 	select {
 	case <-done:
 		return
 	case <-time.After(grace):
+	}
+	select {
+	case <-done:
+		return
+	default:
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-done
