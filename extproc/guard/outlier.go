@@ -321,10 +321,23 @@ func (o *Outliers) signals() []signal {
 	}
 }
 
-// judge sets every engine's reason: the signals on which it is above its peers.
-// Only engines with enough samples for a signal take part in that signal's comparison.
+// Samples a penalized engine needs to be judged, and below which it keeps its verdict.
+// A penalized engine gets little traffic, so it never reaches MinRequests again: without
+// these it would drop out of the comparison, lose its reason, recover while still bad and
+// be cut again, over and over. Below minHeldSamples it has had no traffic at all for a
+// while, and its verdict lapses so that recovery probes it.
+const (
+	minPenalizedSamples = 3
+	minHeldSamples      = 0.5
+)
+
+// judge sets every engine's reason: the signals on which it is above its peers. Engines
+// with enough samples for a signal take part in that signal's comparison; a penalized
+// engine takes part on fewer, and keeps its previous verdict while it has too few.
 func (o *Outliers) judge() {
+	prev := make(map[*engineState]Reason, len(o.engines))
 	for _, e := range o.engines {
+		prev[e] = e.reason
 		e.reason = 0
 	}
 	var judged []*engineState
@@ -332,9 +345,14 @@ func (o *Outliers) judge() {
 	for _, sig := range o.signals() {
 		judged, vals = judged[:0], vals[:0]
 		for _, e := range o.engines {
-			if e.stats.requests >= o.cfg.MinRequests && sig.samples(&e.stats) >= o.cfg.MinRequests {
+			n := min(e.stats.requests, sig.samples(&e.stats))
+			penalized := e.factor < 1
+			switch {
+			case n >= o.cfg.MinRequests || penalized && n >= minPenalizedSamples:
 				judged = append(judged, e)
 				vals = append(vals, sig.value(&e.stats))
+			case penalized && n >= minHeldSamples:
+				e.reason |= prev[e] & sig.reason
 			}
 		}
 		if len(judged) < o.cfg.MinPeers {

@@ -275,3 +275,70 @@ func TestOutlierConfigValidate(t *testing.T) {
 		t.Error("NewOutliers accepted a nil clock")
 	}
 }
+
+// With traffic following the factors (as the picker does), a penalized engine gets too
+// few requests to be judged on MinRequests. It must stay penalized while it is still slow,
+// not bounce back up between verdicts, and still recover once it heals.
+func TestPenalizedEngineStaysDownWhileSlowAndRecoversWhenHealed(t *testing.T) {
+	o, clk := newTestOutliers(t)
+	r := rand.New(rand.NewPCG(7, 7))
+	fleet := healthyFleet(3)
+	fleet[0].ttft *= 10
+	factor := func(p *Penalties, name string) float64 { return p.Factor(name) }
+	var maxAfterFloor float64
+	floorAt := -1
+	for s := 0; s < 90; s++ {
+		p := o.Penalties()
+		var sum float64
+		for _, e := range fleet {
+			sum += factor(p, e.name)
+		}
+		for range 50 {
+			clk.Advance(20 * time.Millisecond)
+			for _, e := range fleet {
+				// 3 requests per tick over the fleet, split by the published factors.
+				if r.Float64() < 3*factor(p, e.name)/sum/float64(len(fleet)) {
+					o.Observe(e.outcome(r))
+				}
+			}
+		}
+		p = o.Evaluate()
+		f := p.Factor(fleet[0].name)
+		if floorAt < 0 && f <= 0.1 {
+			floorAt = s
+		}
+		if floorAt >= 0 {
+			maxAfterFloor = max(maxAfterFloor, f)
+		}
+	}
+	if floorAt < 0 || floorAt > 15 {
+		t.Fatalf("the 10x slower engine reached the floor at second %d, want within 15 s", floorAt)
+	}
+	if maxAfterFloor > 0.2 {
+		t.Fatalf("while still slow the engine's factor climbed back to %.2f after reaching the floor", maxAfterFloor)
+	}
+	fleet[0].ttft /= 10
+	recovered := -1
+	for s := 0; s < 120 && recovered < 0; s++ {
+		p := o.Penalties()
+		var sum float64
+		for _, e := range fleet {
+			sum += factor(p, e.name)
+		}
+		for range 50 {
+			clk.Advance(20 * time.Millisecond)
+			for _, e := range fleet {
+				if r.Float64() < 3*factor(p, e.name)/sum/float64(len(fleet)) {
+					o.Observe(e.outcome(r))
+				}
+			}
+		}
+		if o.Evaluate().Factor(fleet[0].name) >= 0.9 {
+			recovered = s
+		}
+	}
+	if recovered < 0 {
+		t.Fatal("the healed engine did not recover within 120 s")
+	}
+	t.Logf("floor at %d s, max factor while slow %.2f, recovered %d s after healing", floorAt, maxAfterFloor, recovered)
+}
