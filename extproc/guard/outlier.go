@@ -67,6 +67,10 @@ type OutlierConfig struct {
 	MinErrorRateExcess float64
 	// MinLatencyRatio is the least multiple of the peers' median a latency must reach.
 	MinLatencyRatio float64
+	// MinLatencyExcess is the least a latency must exceed the peers' median by: with
+	// identical engines the spread is near zero and the ratio alone would let one stalled
+	// stream on a busy host flag a healthy engine whose latencies are milliseconds.
+	MinLatencyExcess time.Duration
 	// DropHalfLife: while an engine is an outlier its factor halves this often.
 	DropHalfLife time.Duration
 	// RecoverHalfLife: once it is not, the factor's distance from 1 halves this often.
@@ -88,6 +92,7 @@ func DefaultOutlierConfig() OutlierConfig {
 		MADFactor:          3,
 		MinErrorRateExcess: 0.05,
 		MinLatencyRatio:    1.5,
+		MinLatencyExcess:   20 * time.Millisecond,
 		DropHalfLife:       time.Second,
 		RecoverHalfLife:    20 * time.Second,
 		MinFactor:          0.05,
@@ -120,6 +125,9 @@ func (c OutlierConfig) Validate() error {
 	}
 	if !(c.MinErrorRateExcess > 0 && c.MinErrorRateExcess < 1) {
 		bad("minErrorRateExcess", c.MinErrorRateExcess, "in (0, 1)")
+	}
+	if c.MinLatencyExcess < 0 {
+		bad("minLatencyExcess", c.MinLatencyExcess, ">= 0")
 	}
 	if !(c.MinLatencyRatio > 1) || math.IsInf(c.MinLatencyRatio, 0) {
 		bad("minLatencyRatio", c.MinLatencyRatio, "a finite value > 1")
@@ -311,7 +319,9 @@ func (o *Outliers) signals() []signal {
 	errFloor := func(med float64, s *engineStats) float64 {
 		return max(o.cfg.MinErrorRateExcess, 3*math.Sqrt(med*(1-med)/s.requests))
 	}
-	ratio := func(med float64, _ *engineStats) float64 { return (o.cfg.MinLatencyRatio - 1) * med }
+	ratio := func(med float64, _ *engineStats) float64 {
+		return max((o.cfg.MinLatencyRatio-1)*med, o.cfg.MinLatencyExcess.Seconds())
+	}
 	return []signal{
 		{ReasonErrors, func(s *engineStats) float64 { return s.requests }, (*engineStats).errorRate, errFloor},
 		{ReasonTTFT, func(s *engineStats) float64 { return s.ttftN },
