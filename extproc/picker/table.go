@@ -170,6 +170,11 @@ func (t *Table) Start(i int) Ticket {
 	return Ticket{c: c, total: t.total}
 }
 
+// Limit is endpoint i's hard cap on requests in flight, and false when it has none.
+func (t *Table) Limit(i int) (int64, bool) {
+	return t.limit[i], t.limit[i] != math.MaxInt64
+}
+
 // Len is the number of endpoints in the table (those with positive weight).
 func (t *Table) Len() int { return len(t.eps) }
 

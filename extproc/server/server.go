@@ -295,7 +295,8 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 	key := s.key(&st.req)
 	var buf [picker.MaxExamined]int
 	res := m.table.Pick(key, buf[:0])
-	if d := s.shedder.Decide(m.name, st.priority, res.AtLimit); d.Shed() {
+	atLimit := res.AtLimit || s.reserved(m.table, res.Order, st.priority)
+	if d := s.shedder.Decide(m.name, st.priority, atLimit); d.Shed() {
 		result := resultShedQuota
 		if d.Reason == guard.ShedLimit {
 			result = resultShedLimit
@@ -355,6 +356,29 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 			}}),
 		}},
 	}
+}
+
+// reservedShare is the part of every capped engine's in-flight cap held back from the
+// lowest priority, shrinking linearly to nothing for the highest: as engines fill up,
+// low-priority requests meet their local limit first and the last slots stay for the
+// important ones.
+const reservedShare = 0.2
+
+// reserved reports whether every candidate is past the share of its cap that priority p
+// may use. Engines without a cap never are.
+func (s *Server) reserved(t *picker.Table, order []int, p int) bool {
+	top := s.cfg.Shed.Priorities - 1
+	if p >= top || len(order) == 0 {
+		return false
+	}
+	share := 1 - reservedShare*float64(top-p)/float64(top)
+	for _, i := range order {
+		limit, ok := t.Limit(i)
+		if !ok || float64(t.InFlight(i)) < share*float64(limit) {
+			return false
+		}
+	}
+	return true
 }
 
 // retryOnUnsent are Envoy's retry conditions for requests no engine started on.
