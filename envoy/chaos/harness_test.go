@@ -87,26 +87,7 @@ func startStack(t *testing.T, spec stack.Spec) *stack.Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "meridian-"+t.Name()+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Dir, spec.Bins = dir, bins
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := stack.Start(ctx, spec)
-	if err != nil {
-		t.Fatalf("start stack (logs in %s): %v", dir, err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	return s
+	return stack.StartT(t, bins, spec)
 }
 
 // loadSpec is one open-loop run through a node's Envoy.

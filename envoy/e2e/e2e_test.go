@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,32 +18,21 @@ const model = "meridian-demo"
 func startStack(t *testing.T, spec stack.Spec) *stack.Stack {
 	t.Helper()
 	stack.RequireEnvoy(t)
-	// Not t.TempDir: the logs of a failed run must outlive the test.
-	dir, err := os.MkdirTemp("", "meridian-"+t.Name()+"-")
+	bins, err := binaries()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins, err := stack.Build(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Dir, spec.Bins = dir, bins
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := stack.Start(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		if t.Failed() {
-			t.Logf("logs kept in %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	return s
+	return stack.StartT(t, bins, spec)
 }
+
+// binaries builds the project's executables once for the package's tests.
+var binaries = sync.OnceValues(func() (stack.Binaries, error) {
+	dir, err := os.MkdirTemp("", "meridian-e2e-bin-")
+	if err != nil {
+		return stack.Binaries{}, err
+	}
+	return stack.Build(dir)
+})
 
 func threeEngines() stack.Spec {
 	return stack.Spec{
@@ -260,4 +250,12 @@ func assertWeightsConverge(ctx context.Context, t *testing.T, s *stack.Stack, no
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("after %s: Envoy holds %v, control published %v, want %v", within, envoy, published, want)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bins, err := binaries(); err == nil {
+		os.RemoveAll(strings.TrimSuffix(bins.Control, "meridian-control"))
+	}
+	os.Exit(code)
 }
