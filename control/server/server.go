@@ -185,13 +185,11 @@ func (s *Server) Run(ctx context.Context) error {
 	go fleet.Watch(watchCtx, s.cfg.FleetPath, s.cfg.PollInterval,
 		func(f *fleet.Fleet) {
 			if err := s.apply(watchCtx, f); err != nil {
-				s.metrics.reloadErrors.Inc()
-				s.cfg.Log.Error("fleet file rejected; keeping the last good one", "err", err)
+				s.rejectFleet(err)
 			}
 		},
 		func(err error) {
-			s.metrics.reloadErrors.Inc()
-			s.cfg.Log.Error("fleet file rejected; keeping the last good one", "err", err)
+			s.rejectFleet(err)
 		})
 
 	go s.solveLoop(watchCtx)
@@ -211,6 +209,13 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// rejectFleet logs a rejected fleet file, then counts it: whoever sees the counter move
+// finds the reason already in the log.
+func (s *Server) rejectFleet(err error) {
+	s.cfg.Log.Error("fleet file rejected; keeping the last good one", "err", err)
+	s.metrics.reloadErrors.Inc()
 }
 
 // apply makes f the current fleet: solve for it and publish. It is the single place a
