@@ -3,9 +3,9 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +18,7 @@ import (
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/server"
 	"github.com/meridian-router/meridian/control/signals"
+	"github.com/meridian-router/meridian/envoy/stack"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
@@ -32,12 +33,11 @@ rtt_ms: {region-a: {a: 1}}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := stack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", p)
 }
 
 // startServer runs a control server in-process on loopback.
@@ -69,20 +69,12 @@ func startServer(t *testing.T) (xdsAddr, httpBase string) {
 		}
 	})
 	httpBase = "http://" + cfg.HTTPListen
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(httpBase + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return cfg.XDSListen, httpBase
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control server not healthy: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := stack.WaitHTTP(wctx, httpBase+"/healthz", http.StatusOK); err != nil {
+		t.Fatalf("control server not healthy: %v", err)
 	}
+	return cfg.XDSListen, httpBase
 }
 
 func demand(t *testing.T, base string) float64 {

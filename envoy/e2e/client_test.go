@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meridian-router/meridian/envoy/stack"
 )
 
 // result is what the test learns from one request.
@@ -104,19 +105,9 @@ func checkStream(t *testing.T, r result) {
 	}
 }
 
-// accessEntry is one line of Envoy's JSON access log (see bootstrap/envoy.yaml.tmpl).
-type accessEntry struct {
-	Status       int    `json:"status"`
-	UpstreamHost string `json:"upstream_host"`
-	Destination  string `json:"destination"`
-	ServedBy     string `json:"served_by"`
-	Path         string `json:"path"`
-	Attempts     int    `json:"attempts"`
-}
-
 // waitAccessLog reads the access log until it holds at least n entries (Envoy flushes it
 // every 50 ms in the test stack).
-func waitAccessLog(t *testing.T, path string, n int) []accessEntry {
+func waitAccessLog(t *testing.T, path string, n int) []stack.AccessEntry {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -128,24 +119,13 @@ func waitAccessLog(t *testing.T, path string, n int) []accessEntry {
 	}
 }
 
-func readAccessLog(t *testing.T, path string) []accessEntry {
+func readAccessLog(t *testing.T, path string) []stack.AccessEntry {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	entries, err := stack.ReadAccessLog(path)
 	if err != nil {
-		t.Fatalf("access log: %v", err)
+		t.Fatal(err)
 	}
-	var out []accessEntry
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var e accessEntry
-		if err := json.Unmarshal(line, &e); err != nil {
-			t.Fatalf("access log line %q: %v", line, err)
-		}
-		out = append(out, e)
-	}
-	return out
+	return entries
 }
 
 func prompt(i int) string { return fmt.Sprintf("Question number %d: what is %d times %d?", i, i, i+7) }

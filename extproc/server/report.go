@@ -13,8 +13,6 @@ import (
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
-func float64frombits(b uint64) float64 { return math.Float64frombits(b) }
-
 // windowStats counts arrivals per model between two load reports.
 type windowStats struct {
 	mu    sync.Mutex

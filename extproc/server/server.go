@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,7 +388,7 @@ const retryOnUnsent = "connect-failure,refused-stream"
 // utilization is the larger of what the control server planned for this node and what the
 // sidecar measures locally against hard in-flight caps (when every engine has one).
 func (s *Server) utilization(t *picker.Table) float64 {
-	u := float64frombits(s.plannedUtil.Load())
+	u := math.Float64frombits(s.plannedUtil.Load())
 	if local, ok := t.Utilization(); ok && local > u {
 		u = local
 	}
