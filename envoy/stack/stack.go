@@ -84,7 +84,50 @@ type Engine struct {
 
 // Start brings up the whole stack and waits until every Envoy routes to its engines.
 // On error everything already started is stopped.
-func Start(ctx context.Context, spec Spec) (_ *Stack, err error) {
+func Start(ctx context.Context, spec Spec) (*Stack, error) {
+	// Free ports are picked, released and then bound by the child: another process can take
+	// one in between (tests run in parallel). A child that exits while starting gets the
+	// whole stack started again on fresh ports.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var s *Stack
+		if s, err = start(ctx, spec); err == nil || !errors.Is(err, errExited) || ctx.Err() != nil {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+// errExited reports a child process that exited while the stack waited for it.
+var errExited = errors.New("process exited while starting")
+
+// waitUp polls url until it answers want, failing at once if p has exited.
+func waitUp(ctx context.Context, p *Proc, url string, want int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !p.Running() {
+					cancel(fmt.Errorf("%s: %w (see %s)", p.Name, errExited, p.Log))
+					return
+				}
+			}
+		}
+	}()
+	err := WaitHTTP(ctx, url, want)
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errExited) {
+		return cause
+	}
+	return err
+}
+
+func start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 	if len(spec.Nodes) == 0 || len(spec.Engines) == 0 {
 		return nil, errors.New("stack: at least one node and one engine are required")
 	}
@@ -138,11 +181,11 @@ func Start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 		s.Nodes[n.Name] = node
 	}
 	for _, e := range s.Engines {
-		if err := WaitHTTP(ctx, "http://"+e.Address+"/health", 200); err != nil {
+		if err := waitUp(ctx, e.Proc, "http://"+e.Address+"/health", 200); err != nil {
 			return nil, fmt.Errorf("engine %s: %w", e.Name, err)
 		}
 	}
-	if err := WaitHTTP(ctx, s.ControlHTTP+"/healthz", 200); err != nil {
+	if err := waitUp(ctx, s.Control, s.ControlHTTP+"/healthz", 200); err != nil {
 		return nil, fmt.Errorf("control server: %w", err)
 	}
 	for _, n := range s.Nodes {
@@ -215,11 +258,11 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 func (s *Stack) WaitNodeReady(ctx context.Context, node string) error {
 	n := s.Nodes[node]
 	if n.Sidecar.Running() {
-		if err := WaitHTTP(ctx, n.SidecarHTTP+"/healthz", 200); err != nil {
+		if err := waitUp(ctx, n.Sidecar, n.SidecarHTTP+"/healthz", 200); err != nil {
 			return fmt.Errorf("sidecar %s: %w", node, err)
 		}
 	}
-	if err := WaitHTTP(ctx, n.AdminURL+"/ready", 200); err != nil {
+	if err := waitUp(ctx, n.Envoy, n.AdminURL+"/ready", 200); err != nil {
 		return fmt.Errorf("envoy %s: %w", node, err)
 	}
 	for {
