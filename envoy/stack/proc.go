@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -136,4 +138,46 @@ func WaitHTTP(ctx context.Context, url string, want int) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat times; it is 100 on every
+// mainstream architecture.
+const clockTicks = 100
+
+// CPUTime is the processor time (user + system, all threads) the running process has used,
+// from /proc; an error when it is not running or /proc is not Linux's.
+func (p *Proc) CPUTime() (time.Duration, error) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("%s is not running", p.Name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("%s: cpu time: %w", p.Name, err)
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15) of a /proc/<pid>/stat line. The
+// command name (field 2) may hold spaces and parentheses, so fields count from its last ')'.
+func parseStatCPU(line string) (time.Duration, error) {
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc stat %q: no command field", line)
+	}
+	f := strings.Fields(line[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("proc stat %q: %d fields after the command, want >= 13", line, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // fields 14 and 15 of the whole line
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("proc stat: cpu field %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }

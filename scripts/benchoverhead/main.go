@@ -8,11 +8,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
@@ -35,6 +39,7 @@ type options struct {
 	prompt  int
 	workers int
 	dir     string
+	profile string
 }
 
 func main() {
@@ -49,6 +54,7 @@ func main() {
 	fs.IntVar(&o.slices, "slices", 3, "slices per configuration and rate (alternating with and without the sidecar)")
 	fs.IntVar(&o.prompt, "prompt-tokens", 256, "prompt size (the sidecar parses and hashes it)")
 	fs.IntVar(&o.workers, "envoy-workers", 1, "Envoy worker threads for each Envoy")
+	fs.StringVar(&o.profile, "cpu-profile", "", "write a CPU profile of the sidecar during the first measured slice to this file")
 	fs.StringVar(&o.dir, "dir", "", "directory for logs (default: a temp dir, removed afterwards)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -88,6 +94,9 @@ type RateResult struct {
 	AddedP99      float64 `json:"added_p99_ms"`
 	BaselineError int     `json:"baseline_errors"`
 	SidecarError  int     `json:"sidecar_errors"`
+	// CPU per request in microseconds, by process, over each configuration's slices.
+	BaselineCPU map[string]float64 `json:"baseline_cpu_us_per_request"`
+	SidecarCPU  map[string]float64 `json:"sidecar_cpu_us_per_request"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -120,6 +129,9 @@ func run(ctx context.Context, o options) error {
 			"baseline": {"e0": 1, "e1": 1, "e2": 1, "e3": 1},
 		},
 	}
+	if o.profile != "" {
+		spec.SidecarArgs = []string{"--pprof"}
+	}
 	startCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	s, err := stack.Start(startCtx, spec)
@@ -131,13 +143,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	var results []RateResult
 	for _, rate := range o.rates {
 		lat := map[string][]time.Duration{}
 		errs := map[string]int{}
+		cpu := map[string]map[string]time.Duration{"sidecar": {}, "baseline": {}}
 		// Warm both paths (connections, caches) before measuring.
 		for _, node := range []string{"sidecar", "baseline"} {
-			if _, _, err := slice(ctx, s.Nodes[node].URL, synth, rate, time.Second, o.prompt); err != nil {
+			if _, _, err := slice(ctx, client, s.Nodes[node].URL, synth, rate, time.Second, o.prompt); err != nil {
 				return err
 			}
 		}
@@ -148,7 +162,28 @@ func run(ctx context.Context, o options) error {
 			}
 			for _, node := range order {
 				fmt.Fprintf(os.Stderr, "benchoverhead: %s at %.0f req/s, slice %d/%d\n", node, rate, i+1, o.slices)
-				l, e, err := slice(ctx, s.Nodes[node].URL, synth, rate, o.slice, o.prompt)
+				var prof <-chan error
+				if o.profile != "" && node == "sidecar" && i == 0 && rate == o.rates[0] {
+					prof = profileSidecar(ctx, s.Nodes[node].SidecarHTTP, o.slice, o.profile)
+				}
+				before, cerr := cpuTimes(s, node)
+				if cerr != nil {
+					return cerr
+				}
+				l, e, err := slice(ctx, client, s.Nodes[node].URL, synth, rate, o.slice, o.prompt)
+				after, cerr := cpuTimes(s, node)
+				if cerr != nil {
+					return cerr
+				}
+				for k, v := range after {
+					cpu[node][k] += v - before[k]
+				}
+				if prof != nil {
+					if perr := <-prof; perr != nil {
+						return perr
+					}
+					fmt.Fprintf(os.Stderr, "benchoverhead: sidecar CPU profile in %s (go tool pprof %s)\n", o.profile, o.profile)
+				}
 				if err != nil {
 					return err
 				}
@@ -160,9 +195,12 @@ func run(ctx context.Context, o options) error {
 		r.BaselineP50, r.BaselineP99 = pct(lat["baseline"], 0.5), pct(lat["baseline"], 0.99)
 		r.SidecarP50, r.SidecarP99 = pct(lat["sidecar"], 0.5), pct(lat["sidecar"], 0.99)
 		r.AddedP50, r.AddedP99 = round3(r.SidecarP50-r.BaselineP50), round3(r.SidecarP99-r.BaselineP99)
+		r.BaselineCPU = perRequest(cpu["baseline"], len(lat["baseline"])+errs["baseline"])
+		r.SidecarCPU = perRequest(cpu["sidecar"], len(lat["sidecar"])+errs["sidecar"])
 		results = append(results, r)
 		fmt.Printf("rate %4.0f req/s: baseline p50 %.3f ms p99 %.3f ms | sidecar p50 %.3f ms p99 %.3f ms | added p50 %.3f ms p99 %.3f ms (errors %d/%d)\n",
 			rate, r.BaselineP50, r.BaselineP99, r.SidecarP50, r.SidecarP99, r.AddedP50, r.AddedP99, r.BaselineError, r.SidecarError)
+		fmt.Printf("           CPU µs per request: baseline %s | sidecar %s\n", fmtCPU(r.BaselineCPU), fmtCPU(r.SidecarCPU))
 	}
 	out, err := json.Marshal(map[string]any{"results": results})
 	if err != nil {
@@ -173,35 +211,160 @@ func run(ctx context.Context, o options) error {
 }
 
 // slice sends requests at rate for d and returns the end-to-end latencies of the 200s and
-// the count of the rest.
-func slice(ctx context.Context, url string, synth *trace.Synthesizer, rate float64, d time.Duration, prompt int) ([]time.Duration, int, error) {
-	var mu sync.Mutex
-	var lat []time.Duration
-	errs := 0
-	r, err := load.NewRunner(load.Config{
-		BaseURL: url, Endpoint: load.Chat, Model: "bench", Concurrency: 256, Timeout: 10 * time.Second,
-		Duration: d, Synth: synth,
-		OnResult: func(res load.Result) {
-			mu.Lock()
-			defer mu.Unlock()
-			if res.Status == 200 {
-				lat = append(lat, res.E2E)
-			} else {
-				errs++
-			}
-		},
-	})
-	if err != nil {
-		return nil, 0, err
-	}
+// the count of the rest. Bodies are built before the clock starts and answers are read
+// without parsing, so the client, which shares the machine's cores with the path being
+// measured, costs as little as it can.
+func slice(ctx context.Context, client *http.Client, url string, synth *trace.Synthesizer, rate float64, d time.Duration, prompt int) ([]time.Duration, int, error) {
 	sched := load.OpenLoop{Rate: rate, Uniform: true, Duration: d, PromptTokens: prompt, OutputTokens: 1, PrefixGroups: 16, PrefixBlocks: 1}
 	if err := sched.Validate(); err != nil {
 		return nil, 0, err
 	}
-	if _, err := r.Run(ctx, sched.Requests()); err != nil {
-		return nil, 0, err
+	type call struct {
+		at   time.Duration
+		body []byte
 	}
-	return lat, errs, nil
+	var calls []call
+	for r := range sched.Requests() {
+		body, err := json.Marshal(map[string]any{"model": "bench", "max_tokens": 1,
+			"messages": []map[string]string{{"role": "user", "content": synth.Prompt(r, uint64(len(calls)))}}})
+		if err != nil {
+			return nil, 0, err
+		}
+		calls = append(calls, call{r.Arrival, body})
+	}
+	lat := make([]time.Duration, len(calls))
+	failed := make([]bool, len(calls))
+	sem := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range calls {
+		if wait := time.Until(start.Add(c.at)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				wg.Wait()
+				return nil, 0, ctx.Err()
+			}
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			ok := post(rctx, client, url, c.body)
+			lat[i], failed[i] = time.Since(t0), !ok
+		}()
+	}
+	wg.Wait()
+	var out []time.Duration
+	errs := 0
+	for i := range calls {
+		if failed[i] {
+			errs++
+		} else {
+			out = append(out, lat[i])
+		}
+	}
+	return out, errs, nil
+}
+
+// post sends one chat request and reads the whole answer; true for a 200.
+func post(ctx context.Context, client *http.Client, url string, body []byte) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err == nil && resp.StatusCode == http.StatusOK
+}
+
+// cpuTimes is the processor time used so far by the processes one request to node passes
+// through (its Envoy, its sidecar if any, the engines) and by this process, which
+// generates the load.
+func cpuTimes(s *stack.Stack, node string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	n := s.Nodes[node]
+	var err error
+	if out["envoy"], err = n.Envoy.CPUTime(); err != nil {
+		return nil, err
+	}
+	if n.Sidecar != nil && n.Sidecar.Running() {
+		if out["sidecar"], err = n.Sidecar.CPUTime(); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range s.Engines {
+		d, err := e.Proc.CPUTime()
+		if err != nil {
+			return nil, err
+		}
+		out["engines"] += d
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return nil, fmt.Errorf("own cpu time: %w", err)
+	}
+	out["loadgen"] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return out, nil
+}
+
+func perRequest(cpu map[string]time.Duration, requests int) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range cpu {
+		out[k] = math.Round(float64(v.Microseconds()) / float64(max(requests, 1)))
+	}
+	return out
+}
+
+func fmtCPU(m map[string]float64) string {
+	var parts []string
+	for _, k := range []string{"envoy", "sidecar", "engines", "loadgen"} {
+		if v, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// profileSidecar records the sidecar's CPU profile for d, in the background.
+func profileSidecar(ctx context.Context, base string, d time.Duration, path string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds())), nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- fmt.Errorf("sidecar profile: %w", err)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("sidecar profile: HTTP %d", resp.StatusCode)
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return done
 }
 
 func pct(xs []time.Duration, q float64) float64 {
