@@ -34,10 +34,13 @@ const HeaderTicket = "x-meridian-ticket"
 
 // Record is one completed request as Envoy saw it.
 type Record struct {
-	Ticket   string
-	Upstream string // ip:port of the last engine tried; "" when none was reached
-	Status   int    // HTTP status sent downstream (0 if none)
-	TTFB     time.Duration
+	Ticket string
+	// RequestID is Envoy's x-request-id, logged even when the sidecar's headers were not
+	// applied (Envoy stopped waiting for it), which Ticket then is not.
+	RequestID string
+	Upstream  string // ip:port of the last engine tried; "" when none was reached
+	Status    int    // HTTP status sent downstream (0 if none)
+	TTFB      time.Duration
 	// TTFT is the time from sending the request upstream to the first response body byte
 	// (the first token of a stream); 0 when unknown.
 	TTFT time.Duration
@@ -86,11 +89,12 @@ func (r *Receiver) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAc
 func FromEntry(e *accesslogdatav3.HTTPAccessLogEntry) Record {
 	c := e.GetCommonProperties()
 	rec := Record{
-		Ticket:   e.GetRequest().GetRequestHeaders()[HeaderTicket],
-		Status:   int(e.GetResponse().GetResponseCode().GetValue()),
-		TTFB:     c.GetTimeToFirstUpstreamRxByte().AsDuration(),
-		Duration: c.GetTimeToLastDownstreamTxByte().AsDuration(),
-		Attempts: int(c.GetUpstreamRequestAttemptCount()),
+		Ticket:    e.GetRequest().GetRequestHeaders()[HeaderTicket],
+		RequestID: e.GetRequest().GetRequestId(),
+		Status:    int(e.GetResponse().GetResponseCode().GetValue()),
+		TTFB:      c.GetTimeToFirstUpstreamRxByte().AsDuration(),
+		Duration:  c.GetTimeToLastDownstreamTxByte().AsDuration(),
+		Attempts:  int(c.GetUpstreamRequestAttemptCount()),
 	}
 	if d := c.GetDuration(); d != nil {
 		rec.Duration = d.AsDuration()

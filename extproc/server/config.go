@@ -34,10 +34,16 @@ type Config struct {
 	// PenaltyInterval is how often outlier penalties are re-evaluated.
 	PenaltyInterval time.Duration
 	// BodyLimitBytes is Envoy's per-connection buffer limit (the bootstrap's --buffer-limit).
-	// A request whose Content-Length exceeds it is not steered: the sidecar asks Envoy not to
-	// send its body, because BUFFERED_PARTIAL can lose the end of such a body, and Envoy's
-	// weighted fallback routes it. Such a prompt is over a million bytes.
+	// With a streamed body the sidecar routes on at most half of it: Envoy stops reading a
+	// client whose unanswered body passes the limit. With BUFFERED_PARTIAL, a request whose
+	// Content-Length exceeds it is not steered (Envoy could lose the end of such a body), and
+	// Envoy's weighted fallback routes it.
 	BodyLimitBytes int64
+	// HoldTimeout bounds how long a request whose body Envoy streams (STREAMED with
+	// send_body_without_waiting_for_header_response) waits for the rest of its body before
+	// the sidecar routes on what it has. Keep it under Envoy's ext_proc message_timeout,
+	// past which Envoy lets the request through unsteered.
+	HoldTimeout time.Duration
 	// MaxRequestAge releases in-flight tickets whose outcome never arrived (Envoy's access
 	// log entry was lost); it must exceed the longest request.
 	MaxRequestAge time.Duration
@@ -77,6 +83,7 @@ func DefaultConfig(log *slog.Logger) Config {
 		PenaltyInterval: 250 * time.Millisecond,
 		MaxRequestAge:   15 * time.Minute,
 		BodyLimitBytes:  1 << 20,
+		HoldTimeout:     100 * time.Millisecond,
 		Log:             log,
 	}
 }
@@ -113,7 +120,7 @@ func (c Config) Validate() error {
 	if c.BodyLimitBytes < 4096 {
 		add(fmt.Errorf("body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
 	}
-	for name, d := range map[string]time.Duration{"report_interval": c.ReportInterval, "penalty_interval": c.PenaltyInterval, "max_request_age": c.MaxRequestAge} {
+	for name, d := range map[string]time.Duration{"report_interval": c.ReportInterval, "penalty_interval": c.PenaltyInterval, "max_request_age": c.MaxRequestAge, "hold_timeout": c.HoldTimeout} {
 		if d <= 0 {
 			add(fmt.Errorf("%s must be > 0 (got %s)", name, d))
 		}
@@ -140,6 +147,7 @@ type fileConfig struct {
 	RetryAfter      *time.Duration  `yaml:"retry_after"`
 	Priority        *PriorityConfig `yaml:"priority"`
 	BodyLimitBytes  *int64          `yaml:"body_limit_bytes"`
+	HoldTimeout     *time.Duration  `yaml:"hold_timeout"`
 }
 
 type fileRetry struct {
@@ -181,6 +189,7 @@ func LoadConfig(path string, c Config) (Config, error) {
 		set(&c.Retry.Ratio, r.Ratio)
 	}
 	set(&c.BodyLimitBytes, f.BodyLimitBytes)
+	set(&c.HoldTimeout, f.HoldTimeout)
 	if f.Priority != nil {
 		c.Priority = *f.Priority
 	}

@@ -37,9 +37,9 @@ func TestLocalLimitShedsLowPriorityFirst(t *testing.T) {
 			}}}}}
 		body := fmt.Sprintf(`{"model":"llama","messages":[{"role":"user","content":"request %d"}]}`, i)
 		s.handle(context.Background(), &st, hdrs)
-		resp := s.handle(context.Background(), &st, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		s.handle(context.Background(), &st, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}})
-		return resp.GetImmediateResponse() == nil // admitted; its ticket stays in flight
+		return st.out[len(st.out)-1].GetImmediateResponse() == nil // admitted; its ticket stays in flight
 	}
 	firstLowShed, highAdmitted := -1, 0
 	for i := 0; i < 80; i++ {

@@ -146,11 +146,25 @@ func (s *Server) refreshPenalties() {
 
 // Process handles one HTTP request's ext_proc stream.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	var st streamState
-	// Envoy closes the stream when the request ends, or cancels it when it stops waiting
-	// for the sidecar (message timeout) and fails open without the ticket: either way the
-	// request no longer counts against its engine here.
-	defer func() { s.tickets.end(st.ticket) }()
+	st := &streamState{stream: stream}
+	defer func() {
+		st.mu.Lock()
+		st.closed = true
+		if st.timer != nil {
+			st.timer.Stop()
+		}
+		ticket, hold := st.ticket, st.hold
+		st.mu.Unlock()
+		// With a buffered body Envoy keeps the stream until the request ends, or cancels it
+		// when it stops waiting for the sidecar and fails open without the ticket: either
+		// way the request no longer counts against its engine here. A streamed body's
+		// stream closes as soon as the last chunk is answered, long before the request
+		// ends, so only the outcome (found by ticket or by request id) releases it.
+		if !hold {
+			s.tickets.end(ticket)
+		}
+	}()
+	ctx := stream.Context()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -162,26 +176,61 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return err
 		}
-		resp := s.handle(stream.Context(), &st, req)
-		if resp == nil {
-			continue
-		}
-		if err := stream.Send(resp); err != nil {
+		st.mu.Lock()
+		s.handle(ctx, st, req)
+		err = st.flush()
+		st.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// streamState is what one request's stream remembers between messages.
+// streamState is what one request's stream remembers between messages. mu guards it
+// against the hold timer, which may answer for a slow body.
 type streamState struct {
+	mu     sync.Mutex
+	stream extprocv3.ExternalProcessor_ProcessServer // nil in benchmarks
+	out    []*extprocv3.ProcessingResponse           // answers to send, in order
+	closed bool
+
 	kind        request.Kind
 	priority    int
 	traceparent string
+	requestID   string
 	req         request.Request
 	blocks      [64]uint64 // backs req.Blocks for the default MaxBlocks
 	ticket      string     // the in-flight ticket this stream's request holds, if any
 	// contentLength is the request's Content-Length, 0 when absent.
 	contentLength int64
+
+	// hold is set when Envoy streams the body without waiting for the headers answer
+	// (STREAMED with send_body_without_waiting_for_header_response): the sidecar keeps
+	// that answer until it has read enough of the body to route, so one exchange carries
+	// both, and Envoy holds the request meanwhile.
+	hold bool
+	// decided is set once the headers are answered; later body chunks pass at once.
+	decided bool
+	pending int    // body chunks received and not yet answered
+	body    []byte // the body so far, when it came in more than one chunk
+	first   []byte // the first chunk, not copied until a second one arrives
+	timer   *time.Timer
+}
+
+// flush sends the queued answers.
+func (st *streamState) flush() error {
+	for i, r := range st.out {
+		st.out[i] = nil
+		if st.stream == nil || st.closed {
+			continue
+		}
+		if err := st.stream.Send(r); err != nil {
+			st.out = st.out[:0]
+			return err
+		}
+	}
+	st.out = st.out[:0]
+	return nil
 }
 
 // noBody tells Envoy to send no body for this request and nothing for its response: the
@@ -195,37 +244,148 @@ var noBody = &extprocv3filter.ProcessingMode{
 	ResponseTrailerMode: extprocv3filter.ProcessingMode_SKIP,
 }
 
-func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+// handle queues the answers to one message on st.out.
+func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.ProcessingRequest) {
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		s.readHeaders(st, r.RequestHeaders.GetHeaders())
+		pc := req.GetProtocolConfig()
+		st.hold = pc.GetRequestBodyMode() == extprocv3filter.ProcessingMode_STREAMED && pc.GetSendBodyWithoutWaitingForHeaderResponse()
+		if st.hold && st.kind != 0 && !r.RequestHeaders.GetEndOfStream() {
+			return // answered with the body (see streamState.hold)
+		}
+		st.decided = true
 		resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{},
 		}}
-		if st.kind != 0 && st.contentLength > s.cfg.BodyLimitBytes {
+		if !st.hold && st.kind != 0 && st.contentLength > s.cfg.BodyLimitBytes {
+			// BUFFERED_PARTIAL can lose the end of a body over Envoy's buffer limit.
 			st.kind = 0
 			resp.ModeOverride = noBody
 			s.metrics.decision(ctx, "", resultPassThrough)
 		}
-		return resp
+		st.out = append(st.out, resp)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		if st.kind == 0 {
-			return continueBody()
+		if st.hold {
+			s.holdBody(ctx, st, r.RequestBody)
+			return
 		}
+		if st.kind == 0 {
+			st.out = append(st.out, continueBody())
+			return
+		}
+		// BUFFERED or BUFFERED_PARTIAL: this one message is all of the body Envoy sends.
 		start := time.Now()
-		resp := s.route(ctx, st, r.RequestBody)
+		d := s.route(ctx, st, r.RequestBody.GetBody(), r.RequestBody.GetEndOfStream())
+		st.out = append(st.out, d.bodyResponse())
 		s.metrics.latency.Record(ctx, time.Since(start).Seconds())
-		return resp
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
-	return nil
+}
+
+// holdBody takes one chunk of a streamed body. Until the headers are answered it gathers
+// the body, and routes once the body ends or enough of it is in to route on; every chunk
+// is answered, in order, after the headers.
+func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.HttpBody) {
+	if st.decided {
+		st.out = append(st.out, continueBody())
+		return
+	}
+	st.pending++
+	chunk := b.GetBody()
+	switch {
+	case st.pending == 1:
+		st.first = chunk
+	case st.body == nil:
+		st.body = append(append(make([]byte, 0, 2*(len(st.first)+len(chunk))), st.first...), chunk...)
+		st.first = nil
+	default:
+		st.body = append(st.body, chunk...)
+	}
+	gathered := st.first
+	if st.body != nil {
+		gathered = st.body
+	}
+	// Half the buffer limit: Envoy stops reading the client when its queue of unanswered
+	// chunks passes the limit, so waiting for more than that would wait forever.
+	if b.GetEndOfStream() || int64(len(gathered)) >= s.cfg.BodyLimitBytes/2 {
+		s.decide(ctx, st, gathered, b.GetEndOfStream())
+		return
+	}
+	if st.timer == nil {
+		// A slow upload must not hold the request past Envoy's message timeout, which
+		// would let it through unsteered: route on what has come by then.
+		st.timer = time.AfterFunc(s.cfg.HoldTimeout, func() {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if st.decided || st.closed {
+				return
+			}
+			s.decide(ctx, st, st.gathered(), false)
+			_ = st.flush() // a failed send ends the stream; Recv sees it
+		})
+	}
+}
+
+func (st *streamState) gathered() []byte {
+	if st.body != nil {
+		return st.body
+	}
+	return st.first
+}
+
+// decide routes a held request on body (all of it when eos) and queues the headers answer,
+// then one answer per chunk received so far.
+func (s *Server) decide(ctx context.Context, st *streamState, body []byte, eos bool) {
+	st.decided = true
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	if ctx.Err() != nil {
+		return // Envoy gave up on this stream (a stalled sidecar catching up): nothing to route
+	}
+	start := time.Now()
+	d := s.route(ctx, st, body, eos)
+	s.metrics.latency.Record(ctx, time.Since(start).Seconds())
+	st.first, st.body = nil, nil
+	if d.immediate != nil {
+		st.out = append(st.out, d.immediate)
+		return
+	}
+	st.out = append(st.out, &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: d.common},
+		},
+		DynamicMetadata: d.metadata,
+	})
+	for ; st.pending > 0; st.pending-- {
+		st.out = append(st.out, continueBody())
+	}
+}
+
+// decision is the outcome of routing one request.
+type decision struct {
+	immediate *extprocv3.ProcessingResponse // answer the client now (an error or a shed)
+	common    *extprocv3.CommonResponse     // steering header mutations; nil passes through
+	metadata  *structpb.Struct
+}
+
+// bodyResponse is d as the answer to a buffered body message.
+func (d decision) bodyResponse() *extprocv3.ProcessingResponse {
+	if d.immediate != nil {
+		return d.immediate
+	}
+	return &extprocv3.ProcessingResponse{
+		Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: d.common}},
+		DynamicMetadata: d.metadata,
+	}
 }
 
 // readHeaders takes the path, the priority and the trace context from the request headers.
@@ -240,6 +400,8 @@ func (s *Server) readHeaders(st *streamState, h *corev3.HeaderMap) {
 			st.contentLength, _ = strconv.ParseInt(value(hv), 10, 64)
 		case k == "traceparent":
 			st.traceparent = value(hv)
+		case k == "x-request-id":
+			st.requestID = value(hv)
 		case k == "authorization" && len(s.cfg.Priority.APIKeys) > 0:
 			if tok, ok := strings.CutPrefix(value(hv), "Bearer "); ok {
 				sum := sha256.Sum256([]byte(tok))
@@ -262,36 +424,36 @@ func value(hv *corev3.HeaderValue) string {
 	return hv.GetValue()
 }
 
-func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bool) decision {
 	if st.req.Blocks == nil {
 		st.req.Blocks = st.blocks[:0]
 	}
-	err := request.Parse(st.kind, body.GetBody(), body.GetEndOfStream(), s.cfg.Request, &st.req)
+	err := request.Parse(st.kind, body, eos, s.cfg.Request, &st.req)
 	if request.IsTruncatedBeforeModel(err) {
 		// The request may be fine; it is just not steerable. Envoy's default route and its
 		// weighted fallback take it.
 		s.metrics.decision(ctx, "", resultPassThrough)
-		return continueBody()
+		return decision{}
 	}
 	var ce *request.Error
 	if errors.As(err, &ce) {
 		s.metrics.decision(ctx, "", resultBadRequest)
-		return errorResponse(400, "invalid_request_error", ce.Reason, 0)
+		return decision{immediate: errorResponse(400, "invalid_request_error", ce.Reason, 0)}
 	}
 	rt := s.routing.Load()
 	if rt == nil {
 		s.metrics.decision(ctx, "", resultPassThrough)
-		return continueBody() // no snapshot yet: fail open to Envoy's own balancing
+		return decision{} // no snapshot yet: fail open to Envoy's own balancing
 	}
 	m, ok := rt.models[st.req.Model]
 	if !ok {
 		s.metrics.decision(ctx, "", resultUnknownModel)
-		return errorResponse(404, "not_found_error", fmt.Sprintf("The model `%s` does not exist.", st.req.Model), 0)
+		return decision{immediate: errorResponse(404, "not_found_error", fmt.Sprintf("The model `%s` does not exist.", st.req.Model), 0)}
 	}
 	s.stats.arrival(m.name, st.req.PromptBytes)
 	if m.table.Len() == 0 {
 		s.metrics.decision(ctx, m.name, resultNoEngine)
-		return errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", m.name), s.cfg.Shed.RetryAfter)
+		return decision{immediate: errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", m.name), s.cfg.Shed.RetryAfter)}
 	}
 	key := s.key(&st.req)
 	var buf [picker.MaxExamined]int
@@ -306,14 +468,15 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 		s.metrics.shed(ctx, m.name, d.Reason.String(), st.priority)
 		resp := errorResponse(503, "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
 		resp.GetImmediateResponse().Details = "meridian_" + result // Envoy's %RESPONSE_CODE_DETAILS% tells quota from limit
-		return resp
+		return decision{immediate: resp}
 	}
 	primary := res.Order[0]
 	ep := m.table.Endpoint(primary)
 	grant := s.retries.Allow(s.utilization(m.table))
 	id := s.tickets.next()
-	st.ticket = id
-	s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now()})
+	if s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now(), requestID: st.requestID}) {
+		st.ticket = id
+	}
 
 	var destBuf [256]byte
 	destBytes := m.table.AppendAddrs(destBuf[:0], res.Order)
@@ -344,14 +507,12 @@ func (s *Server) route(ctx context.Context, st *streamState, body *extprocv3.Htt
 	if res.Spilled {
 		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", m.name))
 	}
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
-			Response: &extprocv3.CommonResponse{
-				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
-				ClearRouteCache: true,
-			},
-		}},
-		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+	return decision{
+		common: &extprocv3.CommonResponse{
+			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
+			ClearRouteCache: true,
+		},
+		metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			resources.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 				resources.HeaderDestination: structpb.NewStringValue(dest),
 			}}),
@@ -407,6 +568,11 @@ func (s *Server) key(r *request.Request) uint64 {
 // of Envoy's access log stream.
 func (s *Server) OnOutcome(rec outcome.Record) {
 	in, tracked := s.tickets.take(rec.Ticket)
+	if !tracked && rec.Ticket == "" && rec.RequestID != "" {
+		if in, tracked = s.tickets.takeRequest(rec.RequestID); !tracked {
+			s.tickets.finish(rec.RequestID)
+		}
+	}
 	if rec.Upstream == "" && !tracked {
 		return // answered by the sidecar itself (shed, bad request) or never routed
 	}

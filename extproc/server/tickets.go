@@ -18,6 +18,8 @@ type inflight struct {
 	address string // the primary the sidecar chose
 	model   string
 	start   time.Time
+	// requestID is Envoy's x-request-id for the request, the key of last resort.
+	requestID string
 	// ended is set when the request's ext_proc stream closed, which Envoy does when the
 	// request ends (or when it gave up on the sidecar): the in-flight count is released
 	// then, and the entry waits only for the outcome from the access log.
@@ -32,12 +34,25 @@ type tickets struct {
 
 	mu sync.Mutex
 	m  map[string]inflight
+	// byRequest maps x-request-id to ticket id, for an outcome that came back without the
+	// ticket header: Envoy stopped waiting for the sidecar just as it answered.
+	byRequest map[string]string
+	// finished holds the request ids of recent outcomes that matched no ticket: a sidecar
+	// that stalled may route a request Envoy already gave up on and served, whose outcome
+	// came first. A ring bounds it.
+	finished     map[string]struct{}
+	finishedRing [finishedKept]string
+	finishedNext int
 }
+
+// finishedKept is how many unmatched outcomes are remembered: more than a stalled
+// sidecar's backlog of streams Envoy gave up on.
+const finishedKept = 4096
 
 func newTickets() *tickets {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return &tickets{prefix: hex.EncodeToString(b[:]) + "-", m: map[string]inflight{}}
+	return &tickets{prefix: hex.EncodeToString(b[:]) + "-", m: map[string]inflight{}, byRequest: map[string]string{}, finished: map[string]struct{}{}}
 }
 
 // next returns a fresh id, unique across sidecar restarts with high probability.
@@ -45,10 +60,37 @@ func (t *tickets) next() string {
 	return t.prefix + strconv.FormatUint(t.seq.Add(1), 36)
 }
 
-func (t *tickets) put(id string, in inflight) {
+// put tracks a steered request. A request whose outcome already came (see finished) is
+// released at once instead, and put reports false.
+func (t *tickets) put(id string, in inflight) bool {
 	t.mu.Lock()
+	if _, done := t.finished[in.requestID]; done && in.requestID != "" {
+		delete(t.finished, in.requestID)
+		t.mu.Unlock()
+		in.ticket.Done()
+		return false
+	}
 	t.m[id] = in
+	if in.requestID != "" {
+		t.byRequest[in.requestID] = id
+	}
 	t.mu.Unlock()
+	return true
+}
+
+// finish remembers the request id of an outcome that matched no ticket.
+func (t *tickets) finish(requestID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.finished[requestID]; ok {
+		return
+	}
+	if old := t.finishedRing[t.finishedNext]; old != "" {
+		delete(t.finished, old)
+	}
+	t.finishedRing[t.finishedNext] = requestID
+	t.finishedNext = (t.finishedNext + 1) % finishedKept
+	t.finished[requestID] = struct{}{}
 }
 
 // take removes and returns the request with id, releasing its in-flight count unless its
@@ -57,13 +99,32 @@ func (t *tickets) take(id string) (inflight, bool) {
 	t.mu.Lock()
 	in, ok := t.m[id]
 	if ok {
-		delete(t.m, id)
+		t.remove(id, in)
 	}
 	t.mu.Unlock()
 	if ok && !in.ended {
 		in.ticket.Done()
 	}
 	return in, ok
+}
+
+// takeRequest is take for the ticket of Envoy's request id.
+func (t *tickets) takeRequest(requestID string) (inflight, bool) {
+	t.mu.Lock()
+	id, ok := t.byRequest[requestID]
+	t.mu.Unlock()
+	if !ok {
+		return inflight{}, false
+	}
+	return t.take(id)
+}
+
+// remove forgets id; t.mu must be held.
+func (t *tickets) remove(id string, in inflight) {
+	delete(t.m, id)
+	if in.requestID != "" && t.byRequest[in.requestID] == id {
+		delete(t.byRequest, in.requestID)
+	}
 }
 
 // end releases the in-flight count of id's request when its stream closes, keeping the
@@ -93,7 +154,7 @@ func (t *tickets) expire(cutoff time.Time) int {
 			if !in.ended {
 				old = append(old, in)
 			}
-			delete(t.m, id)
+			t.remove(id, in)
 		}
 	}
 	t.mu.Unlock()

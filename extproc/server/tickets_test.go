@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,4 +44,35 @@ func TestTicketsReleaseOnce(t *testing.T) {
 		t.Fatal("expired tickets are still tracked")
 	}
 	_ = c
+}
+
+// An outcome that matched no ticket is remembered by request id: a stalled sidecar that
+// routes the request afterwards (Envoy gave up on it and served it) does not count it.
+func TestTicketsOutcomeBeforeRoute(t *testing.T) {
+	loads := picker.NewLoads()
+	tb, err := picker.NewTable(picker.DefaultConfig(), []picker.Endpoint{{Address: "127.0.0.1:1", Weight: 1}}, loads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := newTickets()
+	tk.finish("late")
+	if tk.put(tk.next(), inflight{ticket: tb.Start(0), requestID: "late", start: time.Now()}) || loads.Total() != 0 {
+		t.Fatalf("a request whose outcome came first is tracked (in flight %d)", loads.Total())
+	}
+	id := tk.next()
+	if !tk.put(id, inflight{ticket: tb.Start(0), requestID: "late", start: time.Now()}) {
+		t.Fatal("the request id is remembered once only: a new request with it must be tracked")
+	}
+	if _, ok := tk.takeRequest("late"); !ok || loads.Total() != 0 {
+		t.Fatalf("outcome by request id: in flight %d, want 0", loads.Total())
+	}
+	for i := range finishedKept + 1 { // the memory is bounded: the oldest id is forgotten
+		tk.finish(fmt.Sprint("r", i))
+	}
+	if len(tk.finished) != finishedKept {
+		t.Fatalf("%d finished ids kept, want %d", len(tk.finished), finishedKept)
+	}
+	if !tk.put(tk.next(), inflight{ticket: tb.Start(0), requestID: "r0", start: time.Now()}) {
+		t.Fatal("the oldest finished id should have been forgotten")
+	}
 }
