@@ -23,6 +23,9 @@ type NodeSpec struct {
 	Name, Region string
 	// WithoutSidecar runs a plain Envoy (no ext_proc), for baselines.
 	WithoutSidecar bool
+	// SidecarBin, when set, runs this binary as the node's ext_proc server instead of the
+	// meridian sidecar (it gets the same flags), for baselines.
+	SidecarBin string
 }
 
 // EngineSpec is one mock engine.
@@ -237,7 +240,11 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap for %s: %w", n.Name, err)
 	}
-	node.Sidecar = s.proc("sidecar-"+n.Name, s.spec.Bins.Sidecar, append([]string{"--node-id", n.Name,
+	bin := s.spec.Bins.Sidecar
+	if n.SidecarBin != "" {
+		bin = n.SidecarBin
+	}
+	node.Sidecar = s.proc("sidecar-"+n.Name, bin, append([]string{"--node-id", n.Name,
 		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", s.ControlXDS,
 		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}, s.spec.SidecarArgs...))
 	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",

@@ -1,8 +1,9 @@
 // Command benchoverhead measures the latency the meridian sidecar adds to a request through
-// Envoy. In one run it starts two Envoys over the same mock engines, one with the sidecar
-// (ext_proc) and one without, drives both at the same fixed request rates in alternating
-// slices, and compares end-to-end latency percentiles. The engines answer at once, so the
-// difference is the proxy path: ext_proc round trip, body parse, prefix hash and pick.
+// Envoy. In one run it starts three Envoys over the same mock engines: one with the sidecar
+// (ext_proc), one without ext_proc, and one with ext_proc to a server that changes nothing
+// (nullproc), drives them at the same fixed request rates in rotating slices, and compares
+// end-to-end latency percentiles. The engines answer at once, so the differences are the
+// proxy path: what ext_proc costs by itself, then the body parse, prefix hash and pick.
 //
 // The last line of output is a JSON object with the added p50 and p99 per rate.
 package main
@@ -18,7 +19,9 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -94,9 +97,18 @@ type RateResult struct {
 	AddedP99      float64 `json:"added_p99_ms"`
 	BaselineError int     `json:"baseline_errors"`
 	SidecarError  int     `json:"sidecar_errors"`
+	// The third configuration: Envoy with ext_proc to a server that changes nothing. Its
+	// latency over the baseline is what ext_proc costs by itself on this machine; the
+	// sidecar's over it is what meridian's decisions add.
+	NullP50          float64 `json:"null_extproc_p50_ms"`
+	NullP99          float64 `json:"null_extproc_p99_ms"`
+	ExtProcAddedP50  float64 `json:"null_extproc_added_p50_ms"`
+	MeridianOverNull float64 `json:"sidecar_over_null_extproc_p50_ms"`
+	NullError        int     `json:"null_extproc_errors"`
 	// CPU per request in microseconds, by process, over each configuration's slices.
 	BaselineCPU map[string]float64 `json:"baseline_cpu_us_per_request"`
 	SidecarCPU  map[string]float64 `json:"sidecar_cpu_us_per_request"`
+	NullCPU     map[string]float64 `json:"null_extproc_cpu_us_per_request"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -113,10 +125,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	nullproc, err := buildNullproc(dir)
+	if err != nil {
+		return err
+	}
 	instant := []string{"--ttft", "0s", "--itl", "0s"}
 	spec := stack.Spec{
 		Dir: dir, Bins: bins, EnvoyConcurrency: o.workers,
-		Nodes: []stack.NodeSpec{{Name: "sidecar", Region: "a"}, {Name: "baseline", Region: "a", WithoutSidecar: true}},
+		Nodes: []stack.NodeSpec{{Name: "sidecar", Region: "a"}, {Name: "baseline", Region: "a", WithoutSidecar: true},
+			{Name: "noop", Region: "a", SidecarBin: nullproc}},
 		Engines: []stack.EngineSpec{
 			{Name: "e0", Region: "a", Models: []string{"bench"}, CapacityRPS: 1000, Args: instant},
 			{Name: "e1", Region: "a", Models: []string{"bench"}, CapacityRPS: 1000, Args: instant},
@@ -127,6 +144,7 @@ func run(ctx context.Context, o options) error {
 		Weights: map[string]map[string]uint32{
 			"sidecar":  {"e0": 1, "e1": 1, "e2": 1, "e3": 1},
 			"baseline": {"e0": 1, "e1": 1, "e2": 1, "e3": 1},
+			"noop":     {"e0": 1, "e1": 1, "e2": 1, "e3": 1},
 		},
 	}
 	if o.profile != "" {
@@ -148,18 +166,17 @@ func run(ctx context.Context, o options) error {
 	for _, rate := range o.rates {
 		lat := map[string][]time.Duration{}
 		errs := map[string]int{}
-		cpu := map[string]map[string]time.Duration{"sidecar": {}, "baseline": {}}
+		cpu := map[string]map[string]time.Duration{"sidecar": {}, "baseline": {}, "noop": {}}
 		// Warm both paths (connections, caches) before measuring.
-		for _, node := range []string{"sidecar", "baseline"} {
+		configs := []string{"sidecar", "baseline", "noop"}
+		for _, node := range configs {
 			if _, _, err := slice(ctx, client, s.Nodes[node].URL, synth, rate, time.Second, o.prompt); err != nil {
 				return err
 			}
 		}
 		for i := 0; i < o.slices; i++ {
-			order := []string{"sidecar", "baseline"}
-			if i%2 == 1 {
-				order = []string{"baseline", "sidecar"}
-			}
+			// Rotate the order so that no configuration always runs first after another.
+			order := append(slices.Clone(configs[i%len(configs):]), configs[:i%len(configs)]...)
 			for _, node := range order {
 				fmt.Fprintf(os.Stderr, "benchoverhead: %s at %.0f req/s, slice %d/%d\n", node, rate, i+1, o.slices)
 				var prof <-chan error
@@ -195,12 +212,17 @@ func run(ctx context.Context, o options) error {
 		r.BaselineP50, r.BaselineP99 = pct(lat["baseline"], 0.5), pct(lat["baseline"], 0.99)
 		r.SidecarP50, r.SidecarP99 = pct(lat["sidecar"], 0.5), pct(lat["sidecar"], 0.99)
 		r.AddedP50, r.AddedP99 = round3(r.SidecarP50-r.BaselineP50), round3(r.SidecarP99-r.BaselineP99)
+		r.NullP50, r.NullP99, r.NullError = pct(lat["noop"], 0.5), pct(lat["noop"], 0.99), errs["noop"]
+		r.ExtProcAddedP50, r.MeridianOverNull = round3(r.NullP50-r.BaselineP50), round3(r.SidecarP50-r.NullP50)
 		r.BaselineCPU = perRequest(cpu["baseline"], len(lat["baseline"])+errs["baseline"])
 		r.SidecarCPU = perRequest(cpu["sidecar"], len(lat["sidecar"])+errs["sidecar"])
+		r.NullCPU = perRequest(cpu["noop"], len(lat["noop"])+errs["noop"])
 		results = append(results, r)
 		fmt.Printf("rate %4.0f req/s: baseline p50 %.3f ms p99 %.3f ms | sidecar p50 %.3f ms p99 %.3f ms | added p50 %.3f ms p99 %.3f ms (errors %d/%d)\n",
 			rate, r.BaselineP50, r.BaselineP99, r.SidecarP50, r.SidecarP99, r.AddedP50, r.AddedP99, r.BaselineError, r.SidecarError)
-		fmt.Printf("           CPU µs per request: baseline %s | sidecar %s\n", fmtCPU(r.BaselineCPU), fmtCPU(r.SidecarCPU))
+		fmt.Printf("           null ext_proc p50 %.3f ms p99 %.3f ms: ext_proc alone adds p50 %.3f ms, the sidecar %.3f ms more (errors %d)\n",
+			r.NullP50, r.NullP99, r.ExtProcAddedP50, r.MeridianOverNull, r.NullError)
+		fmt.Printf("           CPU µs per request: baseline %s | null ext_proc %s | sidecar %s\n", fmtCPU(r.BaselineCPU), fmtCPU(r.NullCPU), fmtCPU(r.SidecarCPU))
 	}
 	out, err := json.Marshal(map[string]any{"results": results})
 	if err != nil {
@@ -284,6 +306,21 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) boo
 	defer resp.Body.Close()
 	_, err = io.Copy(io.Discard, resp.Body)
 	return err == nil && resp.StatusCode == http.StatusOK
+}
+
+// buildNullproc builds the do-nothing ext_proc server into dir.
+func buildNullproc(dir string) (string, error) {
+	root, err := stack.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "nullproc")
+	cmd := exec.Command("go", "build", "-o", out, "./scripts/benchoverhead/nullproc")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build nullproc: %w\n%s", err, b)
+	}
+	return out, nil
 }
 
 // cpuTimes is the processor time used so far by the processes one request to node passes
