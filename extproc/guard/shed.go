@@ -104,13 +104,21 @@ type Shedder struct {
 }
 
 type modelState struct {
-	mu        sync.Mutex
-	fraction  float64
+	mu       sync.Mutex
+	fraction float64
+	// admit is the arrival rate (req/s) the fraction leaves admitted, fixed when the
+	// fraction arrives: when arrivals fall below it, nothing needs shedding any more,
+	// though the control server, which smooths demand, still asks for a while.
+	admit     float64
 	arrivals  []float64 // per class, decayed
+	recent    float64   // all classes, decayed fast (recentHalfLife)
 	shed      float64   // decayed
 	carry     []float64 // error-diffusion remainder per class
 	decayedAt time.Time
 }
+
+// recentHalfLife is the memory of the arrival rate that lifts a quota once arrivals fall.
+const recentHalfLife = time.Second
 
 // NewShedder returns a shedder that sheds nothing until SetFractions says so (or a
 // request arrives with every candidate at its limit).
@@ -140,12 +148,36 @@ func (s *Shedder) SetFractions(fractions map[string]float64) error {
 			s.models[m] = s.newModel(now)
 		}
 	}
+	perSecond := math.Ln2 / s.cfg.RateHalfLife.Seconds()
 	for m, st := range s.models {
 		st.mu.Lock()
+		st.decayTo(now, s.cfg.RateHalfLife)
 		st.fraction = fractions[m]
+		st.admit = (1 - st.fraction) * sum(st.arrivals) * perSecond
 		st.mu.Unlock()
 	}
 	return nil
+}
+
+func sum(xs []float64) float64 {
+	t := 0.0
+	for _, x := range xs {
+		t += x
+	}
+	return t
+}
+
+// effective is the fraction to shed now: the control server's, or less once recent
+// arrivals have fallen toward what it leaves admitted. It never sheds more than asked.
+func (st *modelState) effective() float64 {
+	if st.fraction == 0 {
+		return 0
+	}
+	rate := st.recent * math.Ln2 / recentHalfLife.Seconds()
+	if rate <= 0 {
+		return st.fraction
+	}
+	return min(st.fraction, max(0, 1-st.admit/rate))
 }
 
 func (s *Shedder) newModel(now time.Time) *modelState {
@@ -192,11 +224,12 @@ func (s *Shedder) Decide(model string, priority int, atLimit bool) Decision {
 	defer st.mu.Unlock()
 	st.decayTo(now, s.cfg.RateHalfLife)
 	st.arrivals[p]++
+	st.recent++
 	reason := Admit
 	switch {
 	case atLimit:
 		reason = ShedLimit
-	case st.fraction > 0 && st.quota(p):
+	case st.fraction > 0 && st.quota(p, st.effective()):
 		reason = ShedQuota
 	}
 	if reason == Admit {
@@ -206,11 +239,11 @@ func (s *Shedder) Decide(model string, priority int, atLimit bool) Decision {
 	return Decision{Reason: reason, RetryAfter: s.cfg.RetryAfter}
 }
 
-// decayTo ages the counts. Steps shorter than 1/64 of the half-life are skipped (the
-// counts they would age are added at full weight), which keeps Exp2 off most requests.
+// decayTo ages the counts. Steps shorter than 1/64 of the shorter half-life are skipped
+// (the counts they would age are added at full weight), which keeps Exp2 off most requests.
 func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
 	dt := now.Sub(st.decayedAt)
-	if dt < halfLife/64 {
+	if dt < min(halfLife, recentHalfLife)/64 {
 		return
 	}
 	f := halfLifeDecay(dt, halfLife)
@@ -218,16 +251,14 @@ func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
 		st.arrivals[i] *= f
 	}
 	st.shed *= f
+	st.recent *= halfLifeDecay(dt, recentHalfLife)
 	st.decayedAt = now
 }
 
-// quota reports whether the fraction asks to shed this arrival of class p.
-func (st *modelState) quota(p int) bool {
-	total := 0.0
-	for _, a := range st.arrivals {
-		total += a
-	}
-	target, below := st.fraction*total, 0.0
+// quota reports whether shedding the fraction f asks to shed this arrival of class p.
+func (st *modelState) quota(p int, f float64) bool {
+	total := sum(st.arrivals)
+	target, below := f*total, 0.0
 	for c, a := range st.arrivals {
 		if below+a <= target {
 			if c == p {

@@ -216,3 +216,43 @@ func TestFractionsFromProto(t *testing.T) {
 		}
 	}
 }
+
+// The control server smooths demand, so its fraction outlives an overload by seconds. The
+// shedder turns the fraction into the rate it leaves admitted and stops shedding once
+// recent arrivals fall below that rate; it never sheds more than asked.
+func TestShedLiftsWhenArrivalsFall(t *testing.T) {
+	s, clk := newTestShedder(t)
+	run := func(rate float64, d time.Duration) (shedFrac float64) {
+		gap := time.Duration(float64(time.Second) / rate)
+		n, shed := 0, 0
+		for elapsed := time.Duration(0); elapsed < d; elapsed += gap {
+			clk.Advance(gap)
+			n++
+			if s.Decide("m", n%4, false).Shed() {
+				shed++
+			}
+		}
+		return float64(shed) / float64(n)
+	}
+	run(100, 10*time.Second) // learn the rate
+	if err := s.SetFractions(map[string]float64{"m": 0.4}); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(100, 5*time.Second); math.Abs(got-0.4) > 0.02 {
+		t.Fatalf("steady overload: shed %.3f, want the asked 0.4", got)
+	}
+	if got := run(200, 3*time.Second); got > 0.4+1e-9 {
+		t.Fatalf("arrivals doubled: shed %.3f, more than the asked 0.4", got)
+	}
+	run(100, 5*time.Second)
+	if err := s.SetFractions(map[string]float64{"m": 0.4}); err != nil { // 60 req/s admitted
+		t.Fatal(err)
+	}
+	// The overload ends (40 req/s) and the fraction is not updated: after the recent rate
+	// has fallen (a few recentHalfLife), nothing is shed.
+	first := run(40, 2*time.Second)
+	if after := run(40, 3*time.Second); after != 0 {
+		t.Fatalf("arrivals at 40 req/s under the 60 admitted: still shed %.3f after 2 s", after)
+	}
+	t.Logf("shed %.3f in the first 2 s after the overload ended", first)
+}

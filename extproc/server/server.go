@@ -309,10 +309,7 @@ func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.Htt
 	default:
 		st.body = append(st.body, chunk...)
 	}
-	gathered := st.first
-	if st.body != nil {
-		gathered = st.body
-	}
+	gathered := st.gathered()
 	// Half the buffer limit: Envoy stops reading the client when its queue of unanswered
 	// chunks passes the limit, so waiting for more than that would wait forever.
 	if b.GetEndOfStream() || int64(len(gathered)) >= s.cfg.BodyLimitBytes/2 {
