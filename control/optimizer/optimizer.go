@@ -144,7 +144,7 @@ func (o *Optimizer) Step(ctx context.Context, f *fleet.Fleet, in Inputs) (*Resul
 		return nil, fmt.Errorf("solve: %w", err)
 	}
 	o.prev = sol
-	next := o.quantize(f, sol)
+	next := o.quantize(f, p, sol, in)
 	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange)
 	if changed {
 		o.weights = next
@@ -195,8 +195,15 @@ func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
 	return p
 }
 
-// quantize turns the solution into weights for every node without static weights.
-func (o *Optimizer) quantize(f *fleet.Fleet, sol *solver.Solution) map[string]map[string]map[string]uint32 {
+// probeTolerance is how much dearer than the best (RTT + marginal latency) an engine may be
+// and still share the traffic of a node and model with no demand yet: the engines of one
+// region, not those a network hop away.
+const probeTolerance = 0.002
+
+// quantize turns the solution into weights for every node without static weights. A
+// (node, model) with no demand yet is spread over its best engines (SpreadWeights), so
+// that its first requests do not all land on the one engine the LP's stand-in flow chose.
+func (o *Optimizer) quantize(f *fleet.Fleet, p *solver.Problem, sol *solver.Solution, in Inputs) map[string]map[string]map[string]uint32 {
 	out := map[string]map[string]map[string]uint32{}
 	for c, node := range sol.Clusters {
 		if _, static := f.Weights[node]; static {
@@ -204,7 +211,12 @@ func (o *Optimizer) quantize(f *fleet.Fleet, sol *solver.Solution) map[string]ma
 		}
 		out[node] = map[string]map[string]uint32{}
 		for m, model := range sol.Models {
-			w := sol.Weights(c, m, o.cfg.WeightTotal)
+			var w []uint32
+			if in.Demand[node][model] > 0 {
+				w = sol.Weights(c, m, o.cfg.WeightTotal)
+			} else {
+				w = sol.SpreadWeights(p, c, m, probeTolerance, o.cfg.WeightTotal)
+			}
 			ws := map[string]uint32{}
 			for e, v := range w {
 				// Engines that may serve the pair but get no share stay as failovers (0).

@@ -158,3 +158,45 @@ func TestSuspectAndPenalizedEngines(t *testing.T) {
 		}
 	}
 }
+
+// A node with no demand yet spreads its weights over its region's engines, by the room each
+// has left, instead of the single engine the LP's stand-in flow lands on; once demand is
+// known, the plan's flow decides.
+func TestNoDemandSpreadsOverTheNearestEngines(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	o, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	res, err := o.Step(ctx, f, demand(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.Weights["region-a"]["m"]
+	if s0, s1 := shareOf(w, "a-0"), shareOf(w, "a-1"); s0 < 0.4 || s1 < 0.4 {
+		t.Fatalf("no demand: region-a's weights %v put %.2f on a-0 and %.2f on a-1, want about half each", w, s0, s1)
+	}
+	if far := shareOf(w, "b-0", "b-1"); far != 0 {
+		t.Fatalf("no demand: %.2f of region-a's weight on region-b, 40 ms away", far)
+	}
+	// Region-b's demand fills b-0 and b-1 and spills onto a-0/a-1 unevenly; region-a, still
+	// without demand, weighs its engines by the room they have left.
+	res, err = o.Step(ctx, f, demand(0, 22))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = res.Weights["region-a"]["m"]
+	sol := res.Solution
+	room := map[string]float64{}
+	for e, name := range sol.Engines {
+		room[name] = 10*0.9 - sol.Load[e]
+	}
+	if room["a-0"] <= 0 || room["a-1"] <= 0 {
+		t.Fatalf("the plan left no room on a region-a engine (%v): the fleet no longer tests the split", room)
+	}
+	want := room["a-0"] / (room["a-0"] + room["a-1"])
+	if got := shareOf(w, "a-0"); got < want-0.02 || got > want+0.02 {
+		t.Fatalf("region-a's share on a-0 %.3f, want its share of the room left %.3f (room %v)", got, want, room)
+	}
+}

@@ -2,6 +2,7 @@ package solver
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -150,4 +151,36 @@ func quantize(flows []float64, sum float64, total uint32, w []uint32) {
 			left++
 		}
 	}
+}
+
+// SpreadWeights splits cluster c's traffic for model m, as EDS weights summing to total,
+// over the engines whose price for a first request (RTT + Marginal) is within tol seconds
+// of the best, in proportion to the capacity each has left below RhoMax. It is for pairs
+// with no demand yet: the plan's flow for a tiny stand-in demand sits on one LP vertex, so
+// a node's first requests would all land on one engine. The solution must be p's. All
+// zeros when no engine may serve the pair; Weights' fallback when none has room.
+func (s *Solution) SpreadWeights(p *Problem, c, m int, tol float64, total uint32) []uint32 {
+	best := math.Inf(1)
+	for e, eng := range p.Engines {
+		if eng.Healthy && slices.Contains(eng.Models, m) {
+			best = math.Min(best, p.RTT[c][e]+s.Marginal[e])
+		}
+	}
+	room := make([]float64, len(p.Engines))
+	sum := 0.0
+	for e, eng := range p.Engines {
+		if !eng.Healthy || !slices.Contains(eng.Models, m) || p.RTT[c][e]+s.Marginal[e] > best+tol {
+			continue
+		}
+		if r := eng.Capacity*p.Params.RhoMax - s.Load[e]; r > 0 {
+			room[e] = r
+			sum += r
+		}
+	}
+	if !(sum > 0) {
+		return s.Weights(c, m, total)
+	}
+	w := make([]uint32, len(p.Engines))
+	quantize(room, sum, total, w)
+	return w
 }
