@@ -123,6 +123,12 @@ func TestSnippetsMatchWhatMeridianServes(t *testing.T) {
 		}
 		if b, ok := got.(*bootstrapv3.Bootstrap); ok {
 			got = filterOf(t, b, "envoy.filters.http.ext_proc")
+			// The sidecar's outcome log is not optional: a streamed body's in-flight count
+			// ends with it.
+			if wl, gl := renderedAccessLog(t, "envoy.access_loggers.http_grpc"), accessLogOf(t, b, "envoy.access_loggers.http_grpc"); !proto.Equal(wl, gl) {
+				o := protojson.MarshalOptions{Multiline: true}
+				t.Errorf("%s: the gRPC access log differs from what meridian builds.\nmeridian:\n%s\ndocs:\n%s", s, o.Format(wl), o.Format(gl))
+			}
 		}
 		if !proto.Equal(w, got) {
 			o := protojson.MarshalOptions{Multiline: true}
@@ -139,6 +145,17 @@ func TestSnippetsMatchWhatMeridianServes(t *testing.T) {
 // renderedFilter renders the real bootstrap template and returns one of its HTTP filters.
 func renderedFilter(t *testing.T, name string) proto.Message {
 	t.Helper()
+	return filterOf(t, renderedBootstrap(t), name)
+}
+
+// renderedAccessLog renders the real bootstrap template and returns one of its access logs.
+func renderedAccessLog(t *testing.T, name string) proto.Message {
+	t.Helper()
+	return accessLogOf(t, renderedBootstrap(t), name)
+}
+
+func renderedBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
+	t.Helper()
 	p := bootstrap.DefaultParams()
 	p.NodeID = "region-a"
 	var buf bytes.Buffer
@@ -153,7 +170,29 @@ func renderedFilter(t *testing.T, name string) proto.Message {
 	if err := protojson.Unmarshal(js, &b); err != nil {
 		t.Fatalf("rendered bootstrap: %v", err)
 	}
-	return filterOf(t, &b, name)
+	return &b
+}
+
+// accessLogOf finds an access log of the bootstrap's first HTTP connection manager.
+func accessLogOf(t *testing.T, b *bootstrapv3.Bootstrap, name string) proto.Message {
+	t.Helper()
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					continue
+				}
+				for _, al := range hcm.GetAccessLog() {
+					if al.GetName() == name {
+						return al
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no access log %s in the bootstrap", name)
+	return nil
 }
 
 // filterOf finds an HTTP filter of the bootstrap's first listener.
