@@ -49,6 +49,10 @@ type Server struct {
 	routing atomic.Pointer[routing]
 	// plannedUtil is the control server's utilization estimate for this node (float64 bits).
 	plannedUtil atomic.Uint64
+	// steeredSinceOutcome counts requests steered since Envoy's access log last brought an
+	// outcome, and lastOutcome (unix nanos) is when: together they tell a missing access log.
+	steeredSinceOutcome atomic.Int64
+	lastOutcome         atomic.Int64
 
 	rebuildMu sync.Mutex // serializes routing rebuilds (off the hot path)
 }
@@ -112,10 +116,15 @@ func (s *Server) Run(ctx context.Context) {
 	defer pen.Stop()
 	sweep := time.NewTicker(min(s.cfg.MaxRequestAge/4, time.Minute))
 	defer sweep.Stop()
+	s.lastOutcome.Store(s.clock.Now().UnixNano())
+	quiet := time.NewTicker(outcomeSilence / 3)
+	defer quiet.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-quiet.C:
+			s.checkOutcomes()
 		case <-pen.C:
 			s.refreshPenalties()
 		case <-sweep.C:
@@ -123,6 +132,24 @@ func (s *Server) Run(ctx context.Context) {
 				s.cfg.Log.Warn("released in-flight tickets whose outcome never arrived", "count", n)
 			}
 		}
+	}
+}
+
+// outcomeSilence and outcomeSilentAfter: when this many requests were steered and no
+// outcome came for this long, Envoy's gRPC access log to the sidecar is missing or broken.
+const (
+	outcomeSilence     = 30 * time.Second
+	outcomeSilentAfter = 100
+)
+
+// checkOutcomes warns when outcomes stopped while requests are steered: without them
+// in-flight counts of streamed requests never fall and penalties never change.
+func (s *Server) checkOutcomes() {
+	n := s.steeredSinceOutcome.Load()
+	since := s.clock.Now().Sub(time.Unix(0, s.lastOutcome.Load()))
+	if n >= outcomeSilentAfter && since >= outcomeSilence {
+		s.cfg.Log.Warn("no outcome from Envoy's access log while requests are steered: is the bootstrap's envoy.access_loggers.http_grpc to the sidecar in place? In-flight counts only fall when max_request_age sweeps them",
+			"steered", n, "silent_for", since.Round(time.Second))
 	}
 }
 
@@ -474,6 +501,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 	if s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now(), requestID: st.requestID}) {
 		st.ticket = id
 	}
+	s.steeredSinceOutcome.Add(1)
 
 	var destBuf [256]byte
 	destBytes := m.table.AppendAddrs(destBuf[:0], res.Order)
@@ -564,6 +592,8 @@ func (s *Server) key(r *request.Request) uint64 {
 // OnOutcome ends the request's ticket and feeds the guards. It is called for every entry
 // of Envoy's access log stream.
 func (s *Server) OnOutcome(rec outcome.Record) {
+	s.lastOutcome.Store(s.clock.Now().UnixNano())
+	s.steeredSinceOutcome.Store(0)
 	in, tracked := s.tickets.take(rec.Ticket)
 	if !tracked && rec.Ticket == "" && rec.RequestID != "" {
 		if in, tracked = s.tickets.takeRequest(rec.RequestID); !tracked {
