@@ -237,11 +237,12 @@ type streamState struct {
 	// both, and Envoy holds the request meanwhile.
 	hold bool
 	// decided is set once the headers are answered; later body chunks pass at once.
-	decided bool
-	pending int    // body chunks received and not yet answered
-	body    []byte // the body so far, when it came in more than one chunk
-	first   []byte // the first chunk, not copied until a second one arrives
-	timer   *time.Timer
+	decided   bool
+	pending   int    // body chunks received and not yet answered
+	nextParse int    // body size at which keyKnown parses again
+	body      []byte // the body so far, when it came in more than one chunk
+	first     []byte // the first chunk, not copied until a second one arrives
+	timer     *time.Timer
 }
 
 // flush sends the queued answers.
@@ -339,7 +340,7 @@ func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.Htt
 	gathered := st.gathered()
 	// Half the buffer limit: Envoy stops reading the client when its queue of unanswered
 	// chunks passes the limit, so waiting for more than that would wait forever.
-	if b.GetEndOfStream() || int64(len(gathered)) >= s.cfg.BodyLimitBytes/2 {
+	if b.GetEndOfStream() || int64(len(gathered)) >= s.cfg.BodyLimitBytes/2 || s.keyKnown(st, gathered) {
 		s.decide(ctx, st, gathered, b.GetEndOfStream())
 		return
 	}
@@ -356,6 +357,29 @@ func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.Htt
 			_ = st.flush() // a failed send ends the stream; Recv sees it
 		})
 	}
+}
+
+// earlyParseBytes is the body size from which a long streamed body is parsed before it
+// ends, and again at every doubling (so the parsing stays linear in the body).
+const earlyParseBytes = 16 << 10
+
+// keyKnown reports whether the part of the body gathered so far already fixes the routing:
+// the model is named and the prefix blocks that form the key are complete, so the rest of
+// a long prompt cannot change the pick. The body's end then need not be waited for.
+func (s *Server) keyKnown(st *streamState, gathered []byte) bool {
+	if len(gathered) < max(st.nextParse, earlyParseBytes) {
+		return false
+	}
+	st.nextParse = 2 * len(gathered)
+	if st.req.Blocks == nil {
+		st.req.Blocks = st.blocks[:0]
+	}
+	if err := request.Parse(st.kind, gathered, false, s.cfg.Request, &st.req); err != nil || st.req.Model == "" {
+		return false
+	}
+	// With a cut body the last block may be a partial one; the key's must be whole.
+	n := len(st.req.Blocks)
+	return n > s.cfg.AffinityBlocks || n >= s.cfg.Request.MaxBlocks
 }
 
 func (st *streamState) gathered() []byte {

@@ -131,18 +131,38 @@ func TestStreamedBodyIsRoutedInTheHeadersAnswer(t *testing.T) {
 	}
 }
 
-// A body larger than half the buffer limit is routed on its first part: Envoy stops
+// A body larger than half the buffer limit is answered once half the limit is in, even when
+// its model comes last (as OpenAI's Python SDK sends it) and so cannot be read: Envoy stops
 // reading a client whose unanswered chunks pass the limit, so waiting for the end would
-// hang the request. Later chunks are answered one by one.
-func TestStreamedLargeBodyRoutedBeforeItEnds(t *testing.T) {
-	h := newHarnessWith(t, func(c *server.Config) { c.BodyLimitBytes = 64 << 10 })
+// hang the request. Such a request passes unsteered; later chunks are answered one by one.
+func TestStreamedLargeBodyAnsweredAtHalfTheLimit(t *testing.T) {
+	h := newHarnessWith(t, func(c *server.Config) {
+		c.BodyLimitBytes = 64 << 10
+		c.HoldTimeout = time.Minute // only the size may end the hold here
+	})
 	s := h.streamed(t, "/v1/chat/completions", nil)
-	body := modelFirst("llama", strings.Repeat("a long document ", 8<<10)) // 128 KiB
+	body := chatBody("llama", strings.Repeat("a long document ", 8<<10)) // 128 KiB, model last
 	s.chunk(body[:20<<10], false)
-	s.chunk(body[20<<10:40<<10], false) // 40 KiB in: past half the 64 KiB limit
-	r := s.recv()
-	if headersHeader(r, resources.HeaderDestination) == "" {
-		t.Fatalf("first answer %v: want a steering headers answer after half the limit", r)
+	got := make(chan *extprocv3.ProcessingResponse, 1)
+	go func() {
+		r, err := s.stream.Recv()
+		if err == nil {
+			got <- r
+		}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("answered after 20 KiB, under half the 64 KiB limit, with the model unread: %v", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.chunk(body[20<<10:40<<10], false) // 40 KiB: past half the limit
+	select {
+	case r := <-got:
+		if r.GetRequestHeaders() == nil || headersHeader(r, resources.HeaderDestination) != "" {
+			t.Fatalf("answer %v: want the headers passed on unsteered (the model is not in the first half)", r)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no answer after half the buffer limit: Envoy would stop reading the client and hang")
 	}
 	s.expectBodies(2)
 	s.chunk(body[40<<10:100<<10], false)
@@ -241,4 +261,23 @@ func TestStreamedInFlightUntilOutcome(t *testing.T) {
 	if got := inFlight(); got != 0 {
 		t.Fatalf("in flight after the outcome without a ticket: %v, want 0", got)
 	}
+}
+
+// A long prompt whose model comes first is routed once the blocks that form the key are in,
+// without waiting for the rest of the body, and to the engine the whole body would get.
+func TestStreamedLongPromptRoutedOnceTheKeyIsIn(t *testing.T) {
+	h := newHarness(t)
+	body := modelFirst("llama", strings.Repeat("a long shared document. ", 8<<10)) // ~200 KiB
+	want := header(h.exchange(t, "/v1/chat/completions", body), resources.HeaderDestination)
+	s := h.streamed(t, "/v1/chat/completions", nil)
+	const chunk = 8 << 10
+	s.chunk(body[:chunk], false)
+	s.chunk(body[chunk:2*chunk], false) // 16 KiB: the key's 16 blocks of 256 bytes are in
+	r := s.recv()
+	if got := headersHeader(r, resources.HeaderDestination); got != want || got == "" {
+		t.Fatalf("after 16 KiB of a long prompt: destination %q, the whole body gets %q", got, want)
+	}
+	s.expectBodies(2)
+	s.chunk(body[2*chunk:], true)
+	s.expectBodies(1)
 }
