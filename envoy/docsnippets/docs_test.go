@@ -173,47 +173,44 @@ func renderedBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
 	return &b
 }
 
-// accessLogOf finds an access log of the bootstrap's first HTTP connection manager.
+// accessLogOf finds an access log of the bootstrap's HTTP connection manager.
 func accessLogOf(t *testing.T, b *bootstrapv3.Bootstrap, name string) proto.Message {
 	t.Helper()
-	for _, l := range b.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					continue
-				}
-				for _, al := range hcm.GetAccessLog() {
-					if al.GetName() == name {
-						return al
-					}
-				}
-			}
+	for _, al := range hcmOf(t, b).GetAccessLog() {
+		if al.GetName() == name {
+			return al
 		}
 	}
 	t.Fatalf("no access log %s in the bootstrap", name)
 	return nil
 }
 
-// filterOf finds an HTTP filter of the bootstrap's first listener.
+// filterOf finds an HTTP filter of the bootstrap's HTTP connection manager.
 func filterOf(t *testing.T, b *bootstrapv3.Bootstrap, name string) proto.Message {
+	t.Helper()
+	for _, hf := range hcmOf(t, b).GetHttpFilters() {
+		if hf.GetName() == name {
+			return hf
+		}
+	}
+	t.Fatalf("no HTTP filter %s in the bootstrap", name)
+	return nil
+}
+
+// hcmOf returns the HTTP connection manager of the bootstrap's first listener.
+func hcmOf(t *testing.T, b *bootstrapv3.Bootstrap) *hcmv3.HttpConnectionManager {
 	t.Helper()
 	for _, l := range b.GetStaticResources().GetListeners() {
 		for _, fc := range l.GetFilterChains() {
 			for _, f := range fc.GetFilters() {
 				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					continue
-				}
-				for _, hf := range hcm.GetHttpFilters() {
-					if hf.GetName() == name {
-						return hf
-					}
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err == nil {
+					return &hcm
 				}
 			}
 		}
 	}
-	t.Fatalf("no HTTP filter %s in the bootstrap", name)
+	t.Fatal("no HTTP connection manager in the bootstrap")
 	return nil
 }
 
