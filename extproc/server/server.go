@@ -117,7 +117,7 @@ func (s *Server) Run(ctx context.Context) {
 	sweep := time.NewTicker(min(s.cfg.MaxRequestAge/4, time.Minute))
 	defer sweep.Stop()
 	s.lastOutcome.Store(s.clock.Now().UnixNano())
-	quiet := time.NewTicker(outcomeSilence / 3)
+	quiet := time.NewTicker(outcomeSilence) // so the warning repeats at most every 30 s
 	defer quiet.Stop()
 	for {
 		select {
