@@ -292,11 +292,7 @@ func (s *Shedder) Demand() []ModelDemand {
 	for m, st := range s.models {
 		st.mu.Lock()
 		st.decayTo(now, s.cfg.RateHalfLife)
-		total := 0.0
-		for _, a := range st.arrivals {
-			total += a
-		}
-		out = append(out, ModelDemand{Model: m, RequestsPerSecond: total * perSecond, ShedPerSecond: st.shed * perSecond})
+		out = append(out, ModelDemand{Model: m, RequestsPerSecond: sum(st.arrivals) * perSecond, ShedPerSecond: st.shed * perSecond})
 		st.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b ModelDemand) int { return strings.Compare(a.Model, b.Model) })
