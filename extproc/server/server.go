@@ -240,6 +240,7 @@ type streamState struct {
 	decided   bool
 	pending   int    // body chunks received and not yet answered
 	nextParse int    // body size at which keyKnown parses again
+	parsed    bool   // st.req holds the parse route needs (keyKnown's)
 	body      []byte // the body so far, when it came in more than one chunk
 	first     []byte // the first chunk, not copied until a second one arrives
 	timer     *time.Timer
@@ -340,8 +341,13 @@ func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.Htt
 	gathered := st.gathered()
 	// Half the buffer limit: Envoy stops reading the client when its queue of unanswered
 	// chunks passes the limit, so waiting for more than that would wait forever.
-	if b.GetEndOfStream() || int64(len(gathered)) >= s.cfg.BodyLimitBytes/2 || s.keyKnown(st, gathered) {
+	switch {
+	case b.GetEndOfStream() || int64(len(gathered)) >= s.cfg.BodyLimitBytes/2:
 		s.decide(ctx, st, gathered, b.GetEndOfStream())
+		return
+	case s.keyKnown(st, gathered):
+		st.parsed = true // st.req already holds this body's parse
+		s.decide(ctx, st, gathered, false)
 		return
 	}
 	if st.timer == nil {
@@ -473,10 +479,13 @@ func value(hv *corev3.HeaderValue) string {
 }
 
 func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bool) decision {
-	if st.req.Blocks == nil {
-		st.req.Blocks = st.blocks[:0]
+	var err error
+	if !st.parsed {
+		if st.req.Blocks == nil {
+			st.req.Blocks = st.blocks[:0]
+		}
+		err = request.Parse(st.kind, body, eos, s.cfg.Request, &st.req)
 	}
-	err := request.Parse(st.kind, body, eos, s.cfg.Request, &st.req)
 	if request.IsTruncatedBeforeModel(err) {
 		// The request may be fine; it is just not steerable. Envoy's default route and its
 		// weighted fallback take it.
