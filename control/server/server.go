@@ -23,7 +23,7 @@ import (
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/xds"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
@@ -132,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg:     cfg,
-		pub:     xds.NewPublisher(cfg.Log, resources.DefaultClusterOptions(), resources.DefaultRouteOptions()),
+		pub:     xds.NewPublisher(cfg.Log, xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions()),
 		metrics: newMetrics(),
 		reports: newLoadReports(cfg.Log, agg.ObserveReport, agg.ForgetSidecar),
 		signals: agg,

@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/meridian-router/meridian/control/fleet"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // Plan is what every node should hold: for each node (data-plane cluster) and model, the
@@ -14,7 +14,7 @@ type Plan struct {
 	Models       []string
 	DefaultModel string
 	// Assignments[node][model] lists the engines with weight >= 1.
-	Assignments map[string]map[string][]resources.Endpoint
+	Assignments map[string]map[string][]xdsapi.Endpoint
 }
 
 // WeightFunc returns the EDS weights one node should use for one model, by engine name.
@@ -66,12 +66,12 @@ func CapacityWeights(f *fleet.Fleet, model string) map[string]uint32 {
 
 // BuildPlan combines the fleet with weights into a plan.
 func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
-	p := &Plan{DefaultModel: f.DefaultModel, Assignments: map[string]map[string][]resources.Endpoint{}}
+	p := &Plan{DefaultModel: f.DefaultModel, Assignments: map[string]map[string][]xdsapi.Endpoint{}}
 	for _, m := range f.Models {
 		p.Models = append(p.Models, m.Name)
 	}
 	for _, c := range f.Clusters {
-		perModel := map[string][]resources.Endpoint{}
+		perModel := map[string][]xdsapi.Endpoint{}
 		for _, m := range p.Models {
 			w := weights(c.Name, m)
 			for _, e := range f.Engines {
@@ -79,7 +79,7 @@ func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
 				if !e.Serves(m) || !listed {
 					continue
 				}
-				ep := resources.Endpoint{
+				ep := xdsapi.Endpoint{
 					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: weight, Draining: e.Draining, MaxInFlight: e.MaxInFlight,
 					RTTMillis: f.RTTMillis[c.Name][e.Region],
 				}
@@ -103,7 +103,7 @@ func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
 
 // promoteIfNoShare puts failover engines back at priority 0 (weight 1 each) when no engine
 // has a share: an assignment must carry its traffic somewhere, and evenly is the least wrong.
-func promoteIfNoShare(eps []resources.Endpoint) {
+func promoteIfNoShare(eps []xdsapi.Endpoint) {
 	for _, e := range eps {
 		if e.Priority == 0 {
 			return

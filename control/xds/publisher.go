@@ -16,15 +16,15 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // Publisher owns the snapshot cache.
 type Publisher struct {
 	cache    cachev3.SnapshotCache
 	log      *slog.Logger
-	clusters resources.ClusterOptions
-	routes   resources.RouteOptions
+	clusters xdsapi.ClusterOptions
+	routes   xdsapi.RouteOptions
 
 	// epoch makes versions unique across restarts: a client that reconnects with the
 	// version of an older server instance always gets the new snapshot.
@@ -37,7 +37,7 @@ type Publisher struct {
 }
 
 // NewPublisher returns a Publisher over a fresh ADS snapshot cache.
-func NewPublisher(log *slog.Logger, clusters resources.ClusterOptions, routes resources.RouteOptions) *Publisher {
+func NewPublisher(log *slog.Logger, clusters xdsapi.ClusterOptions, routes xdsapi.RouteOptions) *Publisher {
 	return &Publisher{
 		cache:    cachev3.NewSnapshotCache(true, cachev3.IDHash{}, slogAdapter{log}),
 		epoch:    newEpoch(),
@@ -127,7 +127,7 @@ func (p *Publisher) build(plan *Plan, node string) (map[resourcev3.Type][]types.
 	var clusters, endpoints []types.Resource
 	known := map[string]bool{}
 	for _, m := range plan.Models {
-		c, err := resources.Cluster(m, p.clusters)
+		c, err := xdsapi.Cluster(m, p.clusters)
 		if err != nil {
 			return nil, err
 		}
@@ -135,21 +135,21 @@ func (p *Publisher) build(plan *Plan, node string) (map[resourcev3.Type][]types.
 			return nil, fmt.Errorf("models map to the same cluster name %s", c.Name)
 		}
 		known[c.Name] = true
-		cla, err := resources.LoadAssignment(c.Name, plan.Assignments[node][m])
+		cla, err := xdsapi.LoadAssignment(c.Name, plan.Assignments[node][m])
 		if err != nil {
 			return nil, err
 		}
-		if err := resources.Validate(c, cla); err != nil {
+		if err := xdsapi.Validate(c, cla); err != nil {
 			return nil, err
 		}
 		clusters = append(clusters, c)
 		endpoints = append(endpoints, cla)
 	}
-	rc := resources.RouteConfig(plan.DefaultModel, p.routes)
-	if !known[resources.ClusterName(plan.DefaultModel)] {
+	rc := xdsapi.RouteConfig(plan.DefaultModel, p.routes)
+	if !known[xdsapi.ClusterName(plan.DefaultModel)] {
 		return nil, fmt.Errorf("default model %q has no cluster", plan.DefaultModel)
 	}
-	if err := resources.Validate(rc); err != nil {
+	if err := xdsapi.Validate(rc); err != nil {
 		return nil, err
 	}
 	return map[resourcev3.Type][]types.Resource{

@@ -10,7 +10,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/meridian-router/meridian/control/fleet"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 const fleetYAML = `
@@ -74,7 +74,7 @@ func TestBuildPlanStaticAndCapacityWeights(t *testing.T) {
 func TestPublishVersionsAndRefusesBadPlans(t *testing.T) {
 	ctx := context.Background()
 	f := mustFleet(t)
-	pub := NewPublisher(testLogger(t), resources.DefaultClusterOptions(), resources.DefaultRouteOptions())
+	pub := NewPublisher(testLogger(t), xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions())
 	plan, err := BuildPlan(f, StaticWeights(f))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestPublishVersionsAndRefusesBadPlans(t *testing.T) {
 			t.Errorf("%s version %q, want the snapshot version %q for every type", typ, got, v1)
 		}
 	}
-	cla := snapA.GetResources(resourcev3.EndpointType)[resources.ClusterName("llama")].(*endpointv3.ClusterLoadAssignment)
+	cla := snapA.GetResources(resourcev3.EndpointType)[xdsapi.ClusterName("llama")].(*endpointv3.ClusterLoadAssignment)
 	if n := len(cla.GetEndpoints()[0].GetLbEndpoints()); n != 2 {
 		t.Fatalf("region-a llama has %d endpoints, want 2", n)
 	}
@@ -138,8 +138,8 @@ func TestPublishVersionsAndRefusesBadPlans(t *testing.T) {
 func TestVersionsDifferAcrossInstances(t *testing.T) {
 	f := mustFleet(t)
 	plan, _ := BuildPlan(f, StaticWeights(f))
-	p1 := NewPublisher(testLogger(t), resources.DefaultClusterOptions(), resources.DefaultRouteOptions())
-	p2 := NewPublisher(testLogger(t), resources.DefaultClusterOptions(), resources.DefaultRouteOptions())
+	p1 := NewPublisher(testLogger(t), xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions())
+	p2 := NewPublisher(testLogger(t), xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions())
 	_, _ = p1.Publish(context.Background(), plan)
 	_, _ = p2.Publish(context.Background(), plan)
 	if p1.Version() == p2.Version() {
@@ -159,16 +159,16 @@ func TestZeroWeightEnginesBecomeFailovers(t *testing.T) {
 	if len(eps) != 2 || eps[0].Priority != 0 || eps[1].Engine != "a-1" || eps[1].Priority != 1 || eps[1].Weight != 1 {
 		t.Fatalf("assignment %+v: want a-0 at priority 0 and a-1 as a weight-1 failover at priority 1", eps)
 	}
-	pub := NewPublisher(testLogger(t), resources.DefaultClusterOptions(), resources.DefaultRouteOptions())
+	pub := NewPublisher(testLogger(t), xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions())
 	if _, err := pub.Publish(context.Background(), plan); err != nil {
 		t.Fatal(err)
 	}
 	snap, _ := pub.Cache().GetSnapshot("region-a")
-	cla := snap.GetResources(resourcev3.EndpointType)[resources.ClusterName("llama")].(*endpointv3.ClusterLoadAssignment)
+	cla := snap.GetResources(resourcev3.EndpointType)[xdsapi.ClusterName("llama")].(*endpointv3.ClusterLoadAssignment)
 	if len(cla.GetEndpoints()) != 2 || cla.GetEndpoints()[1].GetPriority() != 1 {
 		t.Fatalf("EDS localities %v: want priorities 0 and 1", cla.GetEndpoints())
 	}
-	back, err := resources.EndpointsOf(cla)
+	back, err := xdsapi.EndpointsOf(cla)
 	if err != nil || len(back) != 2 || back[1].Priority != 1 {
 		t.Fatalf("decoded %+v, %v", back, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/bootstrap"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/server"
@@ -201,7 +201,7 @@ func steeringIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 				continue
 			}
 			r := post(ctx, t, url, body, map[string]string{
-				resources.HeaderDestination: e.Address, resources.HeaderCluster: "meridian-xds",
+				xdsapi.HeaderDestination: e.Address, xdsapi.HeaderCluster: "meridian-xds",
 			})
 			if r.status != 200 || r.servedBy != base.servedBy {
 				t.Errorf("client asked for %s: status %d from %q, want 200 from %s", name, r.status, r.servedBy, base.servedBy)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 )
 
@@ -90,7 +90,7 @@ func envoyWeightsByName(ctx context.Context, t *testing.T, s *stack.Stack) map[s
 		t.Fatal(err)
 	}
 	out := map[string]uint32{}
-	for addr, w := range ws[resources.ClusterName(model)] {
+	for addr, w := range ws[xdsapi.ClusterName(model)] {
 		out[s.EngineByAddress(addr)] = w
 	}
 	return out

@@ -20,7 +20,7 @@ import (
 
 	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/control/fleet"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/extproc/server"
 )
@@ -100,14 +100,14 @@ func TestBootstrapSnippetsRunInEnvoy(t *testing.T) {
 // snippets must equal what the control server builds for the model meridian-demo, and the
 // bootstrap snippet's ext_proc filter must equal the one meridian-bootstrap renders.
 func TestSnippetsMatchWhatMeridianServes(t *testing.T) {
-	cluster, err := resources.Cluster("meridian-demo", resources.DefaultClusterOptions())
+	cluster, err := xdsapi.Cluster("meridian-demo", xdsapi.DefaultClusterOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// For a Bootstrap, only its ext_proc filter is compared: the rest is the reader's own.
 	want := map[string]proto.Message{
 		"envoy.config.cluster.v3.Cluster":          cluster,
-		"envoy.config.route.v3.RouteConfiguration": resources.RouteConfig("meridian-demo", resources.DefaultRouteOptions()),
+		"envoy.config.route.v3.RouteConfiguration": xdsapi.RouteConfig("meridian-demo", xdsapi.DefaultRouteOptions()),
 		"envoy.config.bootstrap.v3.Bootstrap":      renderedFilter(t, "envoy.filters.http.ext_proc"),
 	}
 	seen := map[string]bool{}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 )
 
@@ -138,8 +138,8 @@ func TestE2EWalkingSkeleton(t *testing.T) {
 		for i := 0; i < 6; i++ {
 			for _, e := range s.Engines {
 				r, err := chat(ctx, node.URL, model, prompt(200+i), false, map[string]string{
-					resources.HeaderDestination: e.Address,
-					resources.HeaderCluster:     "meridian-xds",
+					xdsapi.HeaderDestination: e.Address,
+					xdsapi.HeaderCluster:     "meridian-xds",
 					"x-envoy-retry-on":          "5xx",
 				})
 				if err != nil {
@@ -228,7 +228,7 @@ func TestE2EWalkingSkeleton(t *testing.T) {
 // admin view show want (by engine name) for the model cluster.
 func assertWeightsConverge(ctx context.Context, t *testing.T, s *stack.Stack, node string, within time.Duration, want map[string]uint32) {
 	t.Helper()
-	cluster := resources.ClusterName(model)
+	cluster := xdsapi.ClusterName(model)
 	byName := func(hosts map[string]uint32) map[string]uint32 {
 		out := map[string]uint32{}
 		for addr, w := range hosts {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 )
 
@@ -29,7 +29,7 @@ func TestE2EOptimizerSpillsAcrossRegions(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cluster := resources.ClusterName(model)
+	cluster := xdsapi.ClusterName(model)
 	remote := func() float64 {
 		ws, err := s.EnvoyWeights(ctx, "region-a")
 		if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/control/fleet"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // NodeSpec is one data-plane node: an Envoy and its sidecar.
@@ -398,7 +398,7 @@ func (s *Stack) PublishedWeights(ctx context.Context, node string) (map[string]m
 				hosts[e.Address] = w
 			}
 		}
-		out[resources.ClusterName(model)] = hosts
+		out[xdsapi.ClusterName(model)] = hosts
 	}
 	return out, nil
 }

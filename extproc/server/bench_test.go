@@ -13,7 +13,7 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
@@ -41,12 +41,12 @@ func benchServer(tb testing.TB, engines int) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	eps := make([]resources.Endpoint, engines)
+	eps := make([]xdsapi.Endpoint, engines)
 	for i := range eps {
-		eps[i] = resources.Endpoint{Engine: fmt.Sprintf("e%d", i), Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1), Weight: uint32(100 + i%7)}
+		eps[i] = xdsapi.Endpoint{Engine: fmt.Sprintf("e%d", i), Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1), Weight: uint32(100 + i%7)}
 	}
 	s.Update(&xdsclient.View{Version: "1", Models: map[string]xdsclient.Model{
-		"llama": {Name: "llama", Cluster: resources.ClusterName("llama"), Endpoints: eps},
+		"llama": {Name: "llama", Cluster: xdsapi.ClusterName("llama"), Endpoints: eps},
 	}})
 	return s
 }
@@ -84,7 +84,7 @@ func BenchmarkProcess(b *testing.B) {
 					switch h.GetHeader().GetKey() {
 					case outcome.HeaderTicket:
 						ticket = string(h.GetHeader().GetRawValue())
-					case resources.HeaderDestination:
+					case xdsapi.HeaderDestination:
 						dest = string(h.GetHeader().GetRawValue())
 					}
 				}

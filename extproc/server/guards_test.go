@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meridian-router/meridian/control/xds"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
@@ -88,7 +88,7 @@ func TestFailingEnginePenalizedThenRecovers(t *testing.T) {
 		hits := 0
 		for i := 0; i < n; i++ {
 			r := h.exchange(t, "/v1/chat/completions", chatBody("llama", fmt.Sprintf("req %d %d", i, time.Now().UnixNano())))
-			first, _, _ := strings.Cut(header(r, resources.HeaderDestination), ",")
+			first, _, _ := strings.Cut(header(r, xdsapi.HeaderDestination), ",")
 			if first == bad {
 				hits++
 			}
@@ -171,7 +171,7 @@ func TestFailoverEnginesFollowInTheList(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		d := header(h.exchange(t, "/v1/chat/completions", chatBody("llama", "fail over")), resources.HeaderDestination)
+		d := header(h.exchange(t, "/v1/chat/completions", chatBody("llama", "fail over")), xdsapi.HeaderDestination)
 		if strings.HasPrefix(d, "127.0.0.1:8001,") && strings.Count(d, ",") == 2 {
 			return
 		}

@@ -13,7 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
@@ -46,8 +46,8 @@ func TestWarnsWhenOutcomesStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Update(&xdsclient.View{Version: "1", Models: map[string]xdsclient.Model{"llama": {Name: "llama", Cluster: resources.ClusterName("llama"),
-		Endpoints: []resources.Endpoint{{Engine: "e0", Address: "10.0.0.1:8000", Weight: 1}, {Engine: "e1", Address: "10.0.0.2:8000", Weight: 1}}}}})
+	s.Update(&xdsclient.View{Version: "1", Models: map[string]xdsclient.Model{"llama": {Name: "llama", Cluster: xdsapi.ClusterName("llama"),
+		Endpoints: []xdsapi.Endpoint{{Engine: "e0", Address: "10.0.0.1:8000", Weight: 1}, {Engine: "e1", Address: "10.0.0.2:8000", Weight: 1}}}}})
 	s.lastOutcome.Store(clk.Now().UnixNano())
 	steer := func(n int) (ticket, upstream string) {
 		for i := range n {
@@ -58,7 +58,7 @@ func TestWarnsWhenOutcomesStop(t *testing.T) {
 				Body: []byte(fmt.Sprintf(`{"model":"llama","messages":[{"role":"user","content":"q%d"}]}`, i)), EndOfStream: true}}})
 			ticket = st.ticket
 			for _, h := range st.out[len(st.out)-1].GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
-				if h.GetHeader().GetKey() == resources.HeaderDestination {
+				if h.GetHeader().GetKey() == xdsapi.HeaderDestination {
 					upstream, _, _ = strings.Cut(string(h.GetHeader().GetRawValue()), ",")
 				}
 			}

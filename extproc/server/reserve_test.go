@@ -10,7 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
 
@@ -21,13 +21,13 @@ func TestLocalLimitShedsLowPriorityFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps := []resources.Endpoint{
+	eps := []xdsapi.Endpoint{
 		{Engine: "e0", Address: "127.0.0.1:8001", Weight: 1, MaxInFlight: 10},
 		{Engine: "e1", Address: "127.0.0.1:8002", Weight: 1, MaxInFlight: 10},
 		{Engine: "e2", Address: "127.0.0.1:8003", Weight: 1, MaxInFlight: 10},
 	}
 	s.Update(&xdsclient.View{Version: "1", Models: map[string]xdsclient.Model{
-		"llama": {Name: "llama", Cluster: resources.ClusterName("llama"), Endpoints: eps}}})
+		"llama": {Name: "llama", Cluster: xdsapi.ClusterName("llama"), Endpoints: eps}}})
 	send := func(i, priority int) bool {
 		var st streamState
 		hdrs := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{

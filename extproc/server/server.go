@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
@@ -543,9 +543,9 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 	}
 	dest := string(destBytes)
 	set := []*corev3.HeaderValueOption{
-		setHeader(resources.HeaderDestination, dest),
-		setHeader(resources.HeaderCluster, m.cluster),
-		setHeader(resources.HeaderPrefixHash, strconv.FormatUint(key, 16)),
+		setHeader(xdsapi.HeaderDestination, dest),
+		setHeader(xdsapi.HeaderCluster, m.cluster),
+		setHeader(xdsapi.HeaderPrefixHash, strconv.FormatUint(key, 16)),
 		setHeader(outcome.HeaderTicket, id),
 	}
 	if grant.Max > 0 {
@@ -571,8 +571,8 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 			ClearRouteCache: true,
 		},
 		metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			resources.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				resources.HeaderDestination: structpb.NewStringValue(dest),
+			xdsapi.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				xdsapi.HeaderDestination: structpb.NewStringValue(dest),
 			}}),
 		}},
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/control/xds"
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 )
@@ -65,7 +65,7 @@ func newHarnessWith(t *testing.T, edit func(*server.Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := xds.NewPublisher(log, resources.DefaultClusterOptions(), resources.DefaultRouteOptions())
+	pub := xds.NewPublisher(log, xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions())
 	plan, err := xds.BuildPlan(f, xds.StaticWeights(f))
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestSteersFromTheXDSView(t *testing.T) {
 	firsts := map[string]int{}
 	for i := 0; i < 60; i++ {
 		r := h.exchange(t, "/v1/chat/completions", chatBody("llama", fmt.Sprintf("prompt %d", i)))
-		dest := header(r, resources.HeaderDestination)
+		dest := header(r, xdsapi.HeaderDestination)
 		list := strings.Split(dest, ",")
 		if len(list) != 3 {
 			t.Fatalf("destination %q: want primary + 2 fallbacks", dest)
@@ -197,10 +197,10 @@ func TestSteersFromTheXDSView(t *testing.T) {
 			seen[a] = true
 		}
 		firsts[list[0]]++
-		if got := header(r, resources.HeaderCluster); got != resources.ClusterName("llama") {
+		if got := header(r, xdsapi.HeaderCluster); got != xdsapi.ClusterName("llama") {
 			t.Fatalf("cluster header %q", got)
 		}
-		md := r.GetDynamicMetadata().GetFields()[resources.MetadataNamespaceLB].GetStructValue().GetFields()[resources.HeaderDestination]
+		md := r.GetDynamicMetadata().GetFields()[xdsapi.MetadataNamespaceLB].GetStructValue().GetFields()[xdsapi.HeaderDestination]
 		if md.GetStringValue() != dest {
 			t.Fatalf("envoy.lb metadata %q != header %q", md.GetStringValue(), dest)
 		}
@@ -213,7 +213,7 @@ func TestSteersFromTheXDSView(t *testing.T) {
 	}
 	// qwen is served by a-1 only.
 	r := h.exchange(t, "/v1/chat/completions", chatBody("qwen", "hi"))
-	if got := header(r, resources.HeaderDestination); got != "127.0.0.1:8002" {
+	if got := header(r, xdsapi.HeaderDestination); got != "127.0.0.1:8002" {
 		t.Fatalf("qwen destination %q, want only a-1", got)
 	}
 }
@@ -222,8 +222,8 @@ func TestSameSnapshotSamePick(t *testing.T) {
 	h1, h2 := newHarness(t), newHarness(t)
 	for i := 0; i < 30; i++ {
 		body := chatBody("llama", fmt.Sprintf("shared conversation %d", i))
-		d1 := header(h1.exchange(t, "/v1/chat/completions", body), resources.HeaderDestination)
-		d2 := header(h2.exchange(t, "/v1/chat/completions", body), resources.HeaderDestination)
+		d1 := header(h1.exchange(t, "/v1/chat/completions", body), xdsapi.HeaderDestination)
+		d2 := header(h2.exchange(t, "/v1/chat/completions", body), xdsapi.HeaderDestination)
 		if d1 != d2 {
 			t.Fatalf("two sidecars with the same snapshot disagree: %q vs %q", d1, d2)
 		}
@@ -260,7 +260,7 @@ func TestClientErrorsAreOpenAIShaped(t *testing.T) {
 	}
 	// Paths that are not generation APIs pass through untouched.
 	r := h.exchange(t, "/v1/models", "")
-	if r.GetRequestBody() == nil || header(r, resources.HeaderDestination) != "" {
+	if r.GetRequestBody() == nil || header(r, xdsapi.HeaderDestination) != "" {
 		t.Fatalf("/v1/models was steered: %v", r)
 	}
 }

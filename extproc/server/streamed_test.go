@@ -11,7 +11,7 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
 )
@@ -103,7 +103,7 @@ func TestStreamedBodyIsRoutedInTheHeadersAnswer(t *testing.T) {
 	h := newHarness(t)
 	for i := range 20 {
 		body := chatBody("llama", fmt.Sprintf("streamed prompt %d %s", i, strings.Repeat("x", 300)))
-		want := header(h.exchange(t, "/v1/chat/completions", body), resources.HeaderDestination)
+		want := header(h.exchange(t, "/v1/chat/completions", body), xdsapi.HeaderDestination)
 
 		s := h.streamed(t, "/v1/chat/completions", nil)
 		third := len(body) / 3
@@ -114,16 +114,16 @@ func TestStreamedBodyIsRoutedInTheHeadersAnswer(t *testing.T) {
 		if r.GetRequestHeaders() == nil {
 			t.Fatalf("first answer %v: want the headers answer", r)
 		}
-		dest := headersHeader(r, resources.HeaderDestination)
+		dest := headersHeader(r, xdsapi.HeaderDestination)
 		if dest != want || dest == "" {
 			t.Fatalf("streamed in three chunks: destination %q, buffered: %q", dest, want)
 		}
 		first, _, _ := strings.Cut(dest, ",")
 		h.srv.OnOutcome(outcome.Record{Ticket: headersHeader(r, outcome.HeaderTicket), Upstream: first, Status: 200, Attempts: 1})
-		if !r.GetRequestHeaders().GetResponse().GetClearRouteCache() || headersHeader(r, resources.HeaderCluster) == "" {
+		if !r.GetRequestHeaders().GetResponse().GetClearRouteCache() || headersHeader(r, xdsapi.HeaderCluster) == "" {
 			t.Fatal("the headers answer must set the cluster and clear the route cache")
 		}
-		md := r.GetDynamicMetadata().GetFields()[resources.MetadataNamespaceLB].GetStructValue().GetFields()[resources.HeaderDestination]
+		md := r.GetDynamicMetadata().GetFields()[xdsapi.MetadataNamespaceLB].GetStructValue().GetFields()[xdsapi.HeaderDestination]
 		if md.GetStringValue() != dest {
 			t.Fatalf("envoy.lb metadata %q != header %q", md.GetStringValue(), dest)
 		}
@@ -158,7 +158,7 @@ func TestStreamedLargeBodyAnsweredAtHalfTheLimit(t *testing.T) {
 	s.chunk(body[20<<10:40<<10], false) // 40 KiB: past half the limit
 	select {
 	case r := <-got:
-		if r.GetRequestHeaders() == nil || headersHeader(r, resources.HeaderDestination) != "" {
+		if r.GetRequestHeaders() == nil || headersHeader(r, xdsapi.HeaderDestination) != "" {
 			t.Fatalf("answer %v: want the headers passed on unsteered (the model is not in the first half)", r)
 		}
 	case <-time.After(2 * time.Second):
@@ -181,7 +181,7 @@ func TestStreamedSlowBodyRoutedAtHoldTimeout(t *testing.T) {
 	s.chunk(body[:len(body)-10], false)
 	r := s.recv()
 	waited := time.Since(start)
-	if headersHeader(r, resources.HeaderDestination) == "" {
+	if headersHeader(r, xdsapi.HeaderDestination) == "" {
 		t.Fatalf("answer %v: want a steering headers answer from the partial body", r)
 	}
 	if waited < 40*time.Millisecond || waited > 2*time.Second {
@@ -197,7 +197,7 @@ func TestStreamedSlowBodyRoutedAtHoldTimeout(t *testing.T) {
 func TestStreamedUnsteeredAnsweredAtOnce(t *testing.T) {
 	h := newHarness(t)
 	s := h.streamed(t, "/v1/models", nil)
-	if r := s.recv(); r.GetRequestHeaders() == nil || headersHeader(r, resources.HeaderDestination) != "" {
+	if r := s.recv(); r.GetRequestHeaders() == nil || headersHeader(r, xdsapi.HeaderDestination) != "" {
 		t.Fatalf("/v1/models: %v, want an empty headers answer at once", r)
 	}
 	s.chunk("{}", true)
@@ -243,7 +243,7 @@ func TestStreamedInFlightUntilOutcome(t *testing.T) {
 		s.expectBodies(1)
 		_ = s.stream.CloseSend()
 		s.cancel() // Envoy closes the stream once the last chunk is answered
-		primary, _, _ = strings.Cut(headersHeader(r, resources.HeaderDestination), ",")
+		primary, _, _ = strings.Cut(headersHeader(r, xdsapi.HeaderDestination), ",")
 		return headersHeader(r, outcome.HeaderTicket), primary
 	}
 	t1, p1 := steer("req-1")
@@ -268,13 +268,13 @@ func TestStreamedInFlightUntilOutcome(t *testing.T) {
 func TestStreamedLongPromptRoutedOnceTheKeyIsIn(t *testing.T) {
 	h := newHarness(t)
 	body := modelFirst("llama", strings.Repeat("a long shared document. ", 8<<10)) // ~200 KiB
-	want := header(h.exchange(t, "/v1/chat/completions", body), resources.HeaderDestination)
+	want := header(h.exchange(t, "/v1/chat/completions", body), xdsapi.HeaderDestination)
 	s := h.streamed(t, "/v1/chat/completions", nil)
 	const chunk = 8 << 10
 	s.chunk(body[:chunk], false)
 	s.chunk(body[chunk:2*chunk], false) // 16 KiB: the key's 16 blocks of 256 bytes are in
 	r := s.recv()
-	if got := headersHeader(r, resources.HeaderDestination); got != want || got == "" {
+	if got := headersHeader(r, xdsapi.HeaderDestination); got != want || got == "" {
 		t.Fatalf("after 16 KiB of a long prompt: destination %q, the whole body gets %q", got, want)
 	}
 	s.expectBodies(2)

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/meridian-router/meridian/envoy/resources"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // View is what one node should route on. It is immutable once handed out.
@@ -33,7 +33,7 @@ type View struct {
 type Model struct {
 	Name      string
 	Cluster   string
-	Endpoints []resources.Endpoint
+	Endpoints []xdsapi.Endpoint
 }
 
 // Config configures a Client.
@@ -168,7 +168,7 @@ func decodeClusters(resp *discoveryv3.DiscoveryResponse) (map[string]*clusterv3.
 		if err := a.UnmarshalTo(c); err != nil {
 			return nil, fmt.Errorf("decode cluster: %w", err)
 		}
-		if resources.ModelOf(c) == "" {
+		if xdsapi.ModelOf(c) == "" {
 			continue // not a model cluster
 		}
 		out[c.GetName()] = c
@@ -183,7 +183,7 @@ func decodeAssignments(resp *discoveryv3.DiscoveryResponse) (map[string]*endpoin
 		if err := a.UnmarshalTo(cla); err != nil {
 			return nil, fmt.Errorf("decode assignment: %w", err)
 		}
-		if _, err := resources.EndpointsOf(cla); err != nil {
+		if _, err := xdsapi.EndpointsOf(cla); err != nil {
 			return nil, err
 		}
 		out[cla.GetClusterName()] = cla
@@ -199,8 +199,8 @@ func (st *state) view() *View {
 		if !ok {
 			return nil
 		}
-		eps, _ := resources.EndpointsOf(cla) // checked when decoded
-		m := resources.ModelOf(c)
+		eps, _ := xdsapi.EndpointsOf(cla) // checked when decoded
+		m := xdsapi.ModelOf(c)
 		v.Models[m] = Model{Name: m, Cluster: name, Endpoints: eps}
 	}
 	return v

@@ -1,4 +1,4 @@
-// Package resources builds the Envoy resources meridian serves over xDS (clusters, endpoint
+// Package xdsapi builds the Envoy resources meridian serves over xDS (clusters, endpoint
 // assignments, the route table) and reads them back on the sidecar's side, so that the
 // encoding of engines into EDS and the header and metadata names of the endpoint-picker
 // protocol live in one place.
@@ -10,4 +10,4 @@
 //   - Every LbEndpoint it emits has load_balancing_weight >= 1 (Envoy NACKs 0). An engine that
 //     must get no traffic from a node is left out of that node's assignment.
 //   - Engine identity travels as endpoint metadata under the "meridian" namespace.
-package resources
+package xdsapi
