@@ -9,6 +9,7 @@ const (
 	evDeliver                   // an attempt reaches an engine
 	evStepEnd                   // an engine step ends
 	evFail                      // a failed attempt's error reaches the proxy
+	evRefused                   // an attempt's connection was refused (the engine is down): it never started
 	evTick                      // policy tick and health scrape
 	evSample                    // weights sample
 	evScenario                  // a scenario change

@@ -10,9 +10,12 @@ import (
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/solver"
-	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/control/xds"
+	"github.com/meridian-router/meridian/extproc/decide"
+	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/extproc/server"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // simBuckets is the picker's key-space size in the simulator. The sidecar's default (2^18)
@@ -59,12 +62,6 @@ func defaultTuning(w *Workload) tuning {
 //     prefill work a moved conversation loses with its cache (the default, 5 ms, was set
 //     for 200 ms requests);
 //   - weights are republished only when a share moves by 5 points, not 2.
-//
-// The picker's bounded-load slack stays at 0.25: a slack of 1 raised the hit rate from
-// about 0.12 to 0.15 on the steady run but let a 5x slower engine keep its share (TTFT p99
-// 290 s instead of 37 s in the slow-engine scenario). The outlier penalties keep their
-// defaults too: at under one request per second per engine they rarely have the 20 recent
-// samples they need, and loosening that turned prompt-length noise into false penalties.
 func fleetTuning(w *Workload) tuning {
 	t := defaultTuning(w)
 	t.solvePeriod = 5 * time.Second
@@ -75,14 +72,13 @@ func fleetTuning(w *Workload) tuning {
 
 // meridian is the full design, run from the real packages. The control server's loop is
 // control/optimizer (which calls control/solver) on a control/fleet.Fleet describing the
-// simulated fleet, fed every SolvePeriod with what the sidecars report. Each cluster's
-// sidecar routes with an extproc/picker table (weighted rendezvous hashing with bounded
-// loads over the published weights times its outlier penalties) and applies the
-// extproc/guard outlier penalties, retry budget and shedder, all with the sidecar's default
-// configuration (extproc/server.DefaultConfig). Sidecar load reports and engine scrapes go
-// through control/signals (smoothing, staleness, curve fitting) into the optimizer. Only the
-// glue is written here (meridian_control.go): reports are built as extproc/server builds
-// them, and engine state is handed over as a scrape of its /metrics would read it.
+// simulated fleet, its weights turned into each node's EDS view by control/xds's plan, fed
+// every SolvePeriod with what the sidecars report through control/signals (smoothing,
+// staleness, curve fitting). Each cluster's sidecars are extproc/decide cores, the very
+// code the ext_proc server runs, with the sidecar's default configuration on virtual time.
+// Only the translation is written here: a request becomes a decide.Request, an attempt's
+// end becomes the outcome.Record Envoy's access log would carry, and engine state is handed
+// over as a scrape of its /metrics would read it (meridian_control.go).
 type meridian struct {
 	shape       fleetShape
 	fleet       *fleet.Fleet
@@ -91,37 +87,34 @@ type meridian struct {
 	clock       *virtualClock
 	names       []string
 	byName      map[string]int
+	addrs       []string
 	agg         *signals.Aggregator
 	specs       []signals.EngineSpec
-	sidecars    []*sidecar
-	attempts    map[int]*attemptState // by request ID
+	sidecars    [][]*sidecar // [cluster][replica]
+	inflight    map[int]*attemptState
 	solvePeriod time.Duration
 	lastSolve   time.Duration
 	lastReport  time.Duration
 	lastPen     time.Duration
 	lastScrape  time.Duration
+	buf         [picker.MaxExamined]int
+	engineBuf   []string
 }
 
-// sidecar is one cluster's data plane.
+// sidecar is one sidecar of one cluster: a decision core and its identity.
 type sidecar struct {
-	node     string
-	loads    *picker.Loads
-	table    *picker.Table
-	engineOf []int             // table index -> engine
-	weights  map[string]uint32 // published EDS weights by engine name
-	penVer   uint64
-	outliers *guard.Outliers
-	retries  *guard.Retries
-	shedder  *guard.Shedder
-	util     float64 // the policy's planned utilization, for the retry budget
-	arrivals int     // in the current report window
-	buf      []int
+	node, id string
+	core     *decide.Core
 }
 
-// attemptState is what the sidecar remembers of a request in flight.
+// attemptState is what the proxy knows of a request in flight, for its access log entry.
 type attemptState struct {
-	ticket picker.Ticket
-	ttft   time.Duration
+	sc       *sidecar
+	ticket   string
+	attempts int
+	sentAt   time.Duration // the current attempt's
+	ttft     time.Duration // from sending the current attempt to its first token
+	first    time.Duration // when the first token reached the proxy
 }
 
 // virtualClock adapts run time to guard.Clock.
@@ -131,7 +124,7 @@ func (c *virtualClock) Now() time.Time { return time.Unix(0, 0).Add(c.now) }
 
 func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, error) {
 	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{},
-		attempts: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
+		inflight: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
 		lastScrape: -scrapePeriod}
 	if err := m.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
@@ -142,6 +135,7 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 	}
 	for e, eng := range m.fleet.Engines {
 		m.names = append(m.names, eng.Name)
+		m.addrs = append(m.addrs, eng.Address)
 		m.byName[eng.Name] = e
 		m.specs = append(m.specs, signals.EngineSpec{Name: eng.Name, Models: eng.Models,
 			Capacity: eng.CapacityRPS, Curve: t.optimizer.DefaultCurve})
@@ -152,12 +146,21 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 	if m.opt, err = optimizer.New(t.optimizer); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
+	replicas := max(cfg.replicas(), 1)
 	for _, c := range m.fleet.Clusters {
-		sc, err := m.newSidecar(c.Name)
-		if err != nil {
-			return nil, err
+		var pool []*sidecar
+		for i := range replicas {
+			core, err := decide.New(m.cfg.Core(), m.clock)
+			if err != nil {
+				return nil, err
+			}
+			pool = append(pool, &sidecar{node: c.Name, id: fmt.Sprintf("%s-%d", c.Name, i), core: core})
 		}
-		m.sidecars = append(m.sidecars, sc)
+		m.sidecars = append(m.sidecars, pool)
+	}
+	// Before its first solve the control server publishes weights by capacity.
+	if err := m.publish(nil); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -186,101 +189,92 @@ func simFleet(cfg *Config, w *Workload) (*fleet.Fleet, error) {
 	return f, nil
 }
 
-func (m *meridian) newSidecar(node string) (*sidecar, error) {
-	sc := &sidecar{node: node, loads: picker.NewLoads(), weights: map[string]uint32{}}
-	var err error
-	if sc.outliers, err = guard.NewOutliers(m.cfg.Outliers, m.clock); err != nil {
-		return nil, err
+// publish builds every node's EDS view from solved weights (nil: before any solve) as the
+// control server's plan does, and hands it to that node's sidecars.
+func (m *meridian) publish(weights map[string]map[string]map[string]uint32) error {
+	plan, err := xds.BuildPlan(m.fleet, xds.SolvedWeights(m.fleet, weights))
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
 	}
-	if sc.retries, err = guard.NewRetries(m.cfg.Retry); err != nil {
-		return nil, err
+	for _, pool := range m.sidecars {
+		node := pool[0].node
+		v := &xdsapi.View{Version: "sim", Models: map[string]xdsapi.ModelView{}}
+		for model, eps := range plan.Assignments[node] {
+			v.Models[model] = xdsapi.ModelView{Name: model, Cluster: xdsapi.ClusterName(model), Endpoints: eps}
+		}
+		for _, sc := range pool {
+			if err := sc.core.Update(v); err != nil {
+				return fmt.Errorf("node %s: %w", node, err)
+			}
+		}
 	}
-	if sc.shedder, err = guard.NewShedder(m.cfg.Shed, m.clock); err != nil {
-		return nil, err
-	}
-	return sc, m.rebuild(sc)
+	return nil
 }
 
-// rebuild makes sc's picker table from its published weights times its outlier penalties,
-// as the sidecar does on every EDS update and penalty change.
-func (m *meridian) rebuild(sc *sidecar) error {
-	pen := sc.outliers.Penalties()
-	eps := make([]picker.Endpoint, 0, len(m.names))
-	for e, name := range m.names {
-		w := sc.weights[name]
-		if w == 0 {
-			continue
-		}
-		eps = append(eps, picker.Endpoint{Address: m.fleet.Engines[e].Address, Engine: name,
-			Weight: float64(w) * pen.Factor(name)})
-	}
-	t, err := picker.NewTable(m.cfg.Picker, eps, sc.loads)
-	if err != nil {
-		return fmt.Errorf("picker table: %w", err)
-	}
-	sc.table, sc.engineOf = t, sc.engineOf[:0]
-	for i := range t.Len() {
-		sc.engineOf = append(sc.engineOf, m.byName[t.Endpoint(i).Engine])
-	}
-	sc.loads.Prune(t)
-	return nil
+// sidecarFor is the sidecar that receives r: one of its cluster's, by r's replica draw.
+func (m *meridian) sidecarFor(r *Request) *sidecar {
+	pool := m.sidecars[r.Cluster]
+	return pool[r.replica()%len(pool)]
 }
 
 func (m *meridian) Route(now time.Duration, r *Request) Route {
 	m.clock.now = now
-	sc := m.sidecars[r.Cluster]
-	sc.arrivals++
-	res := sc.table.Pick(r.Key, sc.buf[:0])
-	sc.buf = res.Order
-	if sc.shedder.Decide(meridianModel, m.cfg.Priority.Default, res.AtLimit || len(res.Order) == 0).Shed() {
-		return Route{}
+	sc := m.sidecarFor(r)
+	d := sc.core.Route(decide.Request{Model: meridianModel, Key: r.Key, Priority: m.cfg.Priority.Default,
+		PromptBytes: r.InputTokens * decide.BytesPerToken}, m.buf[:0])
+	if d.Verdict != decide.Steer {
+		return Route{} // shed (or no engine): the proxy answers 503 at once
 	}
-	grant := sc.retries.Allow(sc.util)
-	out := make([]int, len(res.Order))
-	for i, idx := range res.Order {
-		out[i] = sc.engineOf[idx]
+	m.engineBuf = d.AppendEngines(m.engineBuf[:0])
+	out := make([]int, len(m.engineBuf))
+	for i, name := range m.engineBuf {
+		out[i] = m.byName[name]
 	}
-	return Route{Engines: out, Retries: int(grant.Max)}
+	m.inflight[r.ID] = &attemptState{sc: sc, ticket: d.Ticket}
+	return Route{Engines: out, Retries: int(d.Retries), UnsentOnly: d.Budget == 0}
 }
 
+// Observe turns an attempt's steps into what the sidecar hears: nothing until the request
+// ends, then one access log record (upstream, status, attempts, time to first byte from
+// the last attempt's send, decode time and body size).
 func (m *meridian) Observe(now time.Duration, o Outcome) {
 	m.clock.now = now
-	sc := m.sidecars[o.Request.Cluster]
-	a := m.attempts[o.Request.ID]
+	a := m.inflight[o.Request.ID]
+	if a == nil {
+		return
+	}
 	switch o.Kind {
 	case Sent:
-		if a == nil {
-			a = &attemptState{}
-			m.attempts[o.Request.ID] = a
-		} else {
-			sc.retries.Spent(1)
-		}
-		a.ttft, a.ticket = 0, picker.Ticket{}
-		if i, ok := sc.table.Lookup(m.fleet.Engines[o.Engine].Address); ok {
-			a.ticket = sc.table.Start(i)
-		}
+		a.attempts++
+		a.sentAt, a.ttft = now, 0
 	case FirstToken:
-		a.ttft = o.TTFT
+		a.ttft, a.first = now-a.sentAt, now
 	case Done, Failed:
-		a.ticket.Done()
-		a.ticket = picker.Ticket{}
-		sc.outliers.Observe(guard.Outcome{Engine: m.names[o.Engine], OK: o.Kind == Done, TTFT: a.ttft, ITL: o.ITL})
-		if o.Kind == Done {
-			delete(m.attempts, o.Request.ID)
+		if o.Kind == Failed && !o.Final {
+			return // Envoy retries; its log entry comes when the request ends
 		}
+		rec := outcome.Record{Ticket: a.ticket, Upstream: m.addrs[o.Engine], Attempts: max(a.attempts, 1)}
+		if o.Kind == Done {
+			rec.Status, rec.TTFT, rec.TTFB = 200, a.ttft, a.ttft
+			rec.Decode = now - a.first
+			rec.BodyBytes = uint64(o.Request.OutputTokens) * decide.SSEChunkBytes
+		} else {
+			rec.Status, rec.UpstreamFailure = 503, true
+		}
+		a.sc.core.Outcome(rec)
+		delete(m.inflight, o.Request.ID)
 	}
 }
 
 func (m *meridian) Weights(c int, dst []float64) {
-	sc := m.sidecars[c]
-	total := 0.0
 	for e := range dst {
 		dst[e] = 0
 	}
-	for i, e := range sc.engineOf {
-		dst[e] = sc.table.Endpoint(i).Weight
-		total += dst[e]
-	}
+	total := 0.0
+	m.sidecars[c][0].core.Weights(meridianModel, func(engine string, w float64) {
+		dst[m.byName[engine]] = w
+		total += w
+	})
 	for e := range dst {
 		if total > 0 {
 			dst[e] /= total

@@ -2,14 +2,10 @@ package sim
 
 import (
 	"context"
-	"maps"
-	"math"
 	"time"
 
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
-	"github.com/meridian-router/meridian/extproc/guard"
-	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 	"github.com/meridian-router/meridian/sim/engine"
 )
 
@@ -22,10 +18,9 @@ func (m *meridian) Tick(now time.Duration, v *View) {
 	m.clock.now = now
 	if now-m.lastPen >= m.cfg.PenaltyInterval {
 		m.lastPen = now
-		for _, sc := range m.sidecars {
-			if pen := sc.outliers.Evaluate(); pen.Version != sc.penVer {
-				sc.penVer = pen.Version
-				_ = m.rebuild(sc) // weights and penalties are valid by construction
+		for _, pool := range m.sidecars {
+			for _, sc := range pool {
+				_, _ = sc.core.RefreshPenalties() // weights and penalties are valid by construction
 			}
 		}
 	}
@@ -34,10 +29,11 @@ func (m *meridian) Tick(now time.Duration, v *View) {
 		m.scrape(v)
 	}
 	if now-m.lastReport >= m.cfg.ReportInterval {
-		window := (now - m.lastReport).Seconds()
 		m.lastReport = now
-		for i, sc := range m.sidecars {
-			_ = m.agg.ObserveReport(m.report(sc, i, window)) // well-formed by construction
+		for _, pool := range m.sidecars {
+			for _, sc := range pool {
+				_ = m.agg.ObserveReport(sc.core.BuildReport(sc.node, sc.id)) // well-formed by construction
+			}
 		}
 	}
 	if now-m.lastSolve >= m.solvePeriod {
@@ -69,57 +65,24 @@ func sampleHist(h engine.Histogram) signals.Histogram {
 	return out
 }
 
-// report cuts sc's report window into a LoadReport, as extproc/server's buildReport does.
-func (m *meridian) report(sc *sidecar, i int, window float64) *meridianv1.LoadReport {
-	now := m.clock.Now()
-	secs := max(window, 1e-3)
-	rep := &meridianv1.LoadReport{NodeId: sc.node, SidecarId: sc.node + "-0", WindowSeconds: secs,
-		UnixMillis: now.UnixMilli()}
-	shed := 0.0
-	for _, d := range sc.shedder.Demand() {
-		shed += d.ShedPerSecond
-	}
-	rep.Demand = []*meridianv1.ModelDemand{{Model: meridianModel,
-		RequestsPerSecond: float64(sc.arrivals) / secs, ShedPerSecond: shed}}
-	sc.arrivals = 0
-	for _, e := range sc.outliers.Penalties().Engines() {
-		addr := m.fleet.Engines[m.byName[e.Engine]].Address
-		rep.Engines = append(rep.Engines, &meridianv1.EngineObservation{Engine: e.Engine, Address: addr,
-			Requests: uint64(math.Round(e.Requests)), Errors: uint64(math.Round(e.Errors)),
-			TtftP50Seconds: e.TTFTP50.Seconds(), TtftP90Seconds: e.TTFTP90.Seconds(),
-			ItlMeanSeconds: e.ITLMean.Seconds(), InFlight: float64(sc.loads.InFlight(addr)), Penalty: e.Factor})
-	}
-	return rep
-}
-
 // solve takes the aggregator's snapshot as the optimizer's inputs (smoothed demand, fitted
-// curves, suspect engines, penalties), runs one period and applies the result.
+// curves, suspect engines, penalties), runs one period and hands the result to the
+// sidecars as the control server does: each node's policy, and new EDS views when the
+// weights changed.
 func (m *meridian) solve() {
 	in := optimizer.InputsFrom(m.agg.Snapshot(m.specs))
 	res, err := m.opt.Step(context.Background(), m.fleet, in)
 	if err != nil {
 		return // the control server keeps its last good weights
 	}
-	for _, sc := range m.sidecars {
-		m.applyPolicy(sc, res.Policies[sc.node])
-		if w := res.Weights[sc.node][meridianModel]; !maps.Equal(w, sc.weights) {
-			sc.weights = w
-			_ = m.rebuild(sc)
+	for _, pool := range m.sidecars {
+		if p := res.Policies[pool[0].node]; p != nil {
+			for _, sc := range pool {
+				_ = sc.core.ApplyPolicy(p) // built by the optimizer, valid by construction
+			}
 		}
 	}
-}
-
-// applyPolicy takes the control server's shed fractions, retry budget and utilization, as
-// extproc/server's ApplyPolicy does.
-func (m *meridian) applyPolicy(sc *sidecar, p *meridianv1.Policy) {
-	if p == nil {
-		return
+	if res.Changed {
+		_ = m.publish(res.Weights) // the plan of a validated fleet
 	}
-	if f, err := guard.FractionsFromProto(p.GetShed()); err == nil {
-		_ = sc.shedder.SetFractions(f)
-	}
-	if c, err := guard.CurveFromProto(p.GetRetryBudget()); err == nil {
-		_ = sc.retries.SetCurve(c)
-	}
-	sc.util = p.GetUtilization()
 }

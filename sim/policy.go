@@ -25,6 +25,9 @@ type Policy interface {
 type Route struct {
 	Engines []int
 	Retries int
+	// UnsentOnly limits the retries to attempts that never reached an engine (a refused
+	// connection), as Envoy's retry_on "connect-failure,refused-stream" does.
+	UnsentOnly bool
 }
 
 // OutcomeKind says which point of an attempt an Outcome reports.
@@ -52,6 +55,8 @@ type Outcome struct {
 	CachedBlocks int
 	// ITL is the attempt's mean inter-token latency, for Done (0 for one-token answers).
 	ITL time.Duration
+	// Final is set on a Failed outcome after which the request is not retried: it ended.
+	Final bool
 }
 
 // View is what a policy can see of the fleet at a tick: a scrape of every engine.

@@ -151,8 +151,8 @@ func (r *run) handle(ev event) {
 			r.cur = nil
 			r.kick(ev.engine)
 		}
-	case evFail:
-		r.failAttempt(ev.req, ev.engine)
+	case evFail, evRefused:
+		r.failAttempt(ev.req, ev.engine, ev.kind == evRefused)
 	case evTick:
 		r.tick()
 		r.events.push(event{at: r.now + tickPeriod, kind: evTick})
@@ -182,14 +182,14 @@ func (r *run) send(st *reqState, attempt int) {
 func (r *run) deliver(st *reqState, e int) {
 	s := r.slots[e]
 	if !s.up {
-		r.events.push(event{at: r.now + r.rtt(st.r.Cluster, e)/2, kind: evFail, req: st, engine: e})
+		r.events.push(event{at: r.now + r.rtt(st.r.Cluster, e)/2, kind: evRefused, req: st, engine: e})
 		return
 	}
 	st.er = engine.Request{ID: uint64(st.r.ID), PromptTokens: st.r.InputTokens,
 		OutputTokens: st.r.OutputTokens, Blocks: st.r.Blocks}
 	if err := s.eng.Enqueue(r.now, &st.er); err != nil {
 		// Too large for any engine: retrying elsewhere cannot help.
-		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e})
+		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e, Final: true})
 		r.rec.tooLarge += btoi(errors.Is(err, engine.ErrTooLarge))
 		r.end(st, failed)
 		return
@@ -218,11 +218,13 @@ func (r *run) kick(e int) {
 }
 
 // failAttempt handles an error that reached the proxy: retry on the next engine of the
-// route if the budget allows, else fail the request.
-func (r *run) failAttempt(st *reqState, e int) {
-	r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e})
+// route if the grant allows (a route whose retries are for unsent attempts only retries a
+// refused connection), else fail the request.
+func (r *run) failAttempt(st *reqState, e int, refused bool) {
 	next := st.attempt + 1
-	if next <= st.route.Retries && next < len(st.route.Engines) {
+	retry := next <= st.route.Retries && next < len(st.route.Engines) && (refused || !st.route.UnsentOnly)
+	r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e, Final: !retry})
+	if retry {
 		r.rec.retries++
 		r.send(st, next)
 		return
@@ -312,7 +314,7 @@ func (r *run) down(e int) {
 			r.events.push(event{at: r.now + r.rtt(st.r.Cluster, e)/2, kind: evFail, req: st, engine: e})
 			continue
 		}
-		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e})
+		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e, Final: true})
 		r.end(st, failed)
 	}
 	eng, _ := engine.New(r.cfg.Engine) // the config was validated when the run was built

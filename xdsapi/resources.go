@@ -244,3 +244,19 @@ func Validate(msgs ...proto.Message) error {
 	}
 	return nil
 }
+
+// View is what one node routes on: for each model, its Envoy cluster and the endpoints
+// of that node's assignment. It is immutable once handed out.
+type View struct {
+	// Version is the EDS version the view was built from.
+	Version string
+	// Models maps model name to its cluster and endpoints.
+	Models map[string]ModelView
+}
+
+// ModelView is one model's cluster as one node sees it.
+type ModelView struct {
+	Name      string
+	Cluster   string
+	Endpoints []Endpoint
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/solver"
+	"github.com/meridian-router/meridian/policy"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
@@ -26,8 +27,9 @@ type Config struct {
 	// ProbeDemand stands in for a (node, model) demand of zero, in req/s, so that every
 	// node still gets the split it would get for its first requests.
 	ProbeDemand float64
-	// RetryBudget is sent to every sidecar.
-	RetryBudget *meridianv1.RetryBudget
+	// RetryBudget is sent to every sidecar in its policy; it replaces the sidecar's own
+	// retry curve from the first policy on (meridian-control's --retry-* flags).
+	RetryBudget policy.RetryCurve
 	// SolveTimeout bounds one solve.
 	SolveTimeout time.Duration
 }
@@ -46,7 +48,7 @@ func DefaultConfig() Config {
 		WeightTotal:    1000,
 		MinShareChange: 0.02,
 		ProbeDemand:    0.01,
-		RetryBudget:    &meridianv1.RetryBudget{MaxRetriesIdle: 2, GenerousBelow: 0.5, ZeroAt: 0.9, RetryOn: "5xx,reset,connect-failure"},
+		RetryBudget:    policy.DefaultRetryCurve(),
 		SolveTimeout:   5 * time.Second,
 	}
 }
@@ -58,6 +60,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.DefaultCurve.Validate(); err != nil {
 		return fmt.Errorf("default curve: %w", err)
+	}
+	if err := c.RetryBudget.Validate("retry_budget"); err != nil {
+		return err
 	}
 	switch {
 	case c.WeightTotal < 10:
@@ -296,8 +301,9 @@ func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution) map[string]*m
 		capacity[e.Name] = e.CapacityRPS
 	}
 	out := map[string]*meridianv1.Policy{}
+	budget := o.cfg.RetryBudget.Proto()
 	for c, node := range sol.Clusters {
-		p := &meridianv1.Policy{RetryBudget: o.cfg.RetryBudget}
+		p := &meridianv1.Policy{RetryBudget: budget}
 		var flow, util float64
 		for m, model := range sol.Models {
 			if fr := sol.ShedFraction(c, m); fr > 1e-6 {

@@ -23,8 +23,8 @@ import (
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/xds"
-	"github.com/meridian-router/meridian/xdsapi"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // Config configures a control server.
@@ -338,20 +338,13 @@ func (s *Server) step(ctx context.Context, f *fleet.Fleet, newFleet bool) error 
 	return nil
 }
 
-// weightFunc takes static weights where the fleet file gives them, else the optimizer's,
-// else (no solution yet) capacity-proportional ones.
+// weightFunc is the plan's weights: the fleet file's, the optimizer's, or by capacity.
 func weightFunc(f *fleet.Fleet, res *optimizer.Result) xds.WeightFunc {
-	return func(node, model string) map[string]uint32 {
-		if w, ok := f.Weights[node]; ok {
-			return w
-		}
-		if res != nil {
-			if w := res.Weights[node][model]; len(w) > 0 {
-				return w
-			}
-		}
-		return xds.CapacityWeights(f, model)
+	var w map[string]map[string]map[string]uint32
+	if res != nil {
+		w = res.Weights
 	}
+	return xds.SolvedWeights(f, w)
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {

@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-router/meridian/control/server"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/policy"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
@@ -43,6 +44,12 @@ func freeAddr(t *testing.T) string {
 // startServer runs a control server in-process on loopback.
 func startServer(t *testing.T) (xdsAddr, httpBase string) {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith lets a test edit the server's config before it starts.
+func startServerWith(t *testing.T, edit func(*server.Config)) (xdsAddr, httpBase string) {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(path, []byte(fleetYAML), 0o644); err != nil {
@@ -55,6 +62,9 @@ func startServer(t *testing.T) (xdsAddr, httpBase string) {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	cfg.Signals.HalfLife = 200 * time.Millisecond
+	if edit != nil {
+		edit(&cfg)
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -183,4 +193,35 @@ func TestBadReportIsNotCounted(t *testing.T) {
 		t.Fatalf("a report with window_seconds 0 was counted: demand %.1f", d)
 	}
 	_ = stream.CloseSend()
+}
+
+// The retry budget an operator configures on the control server (its --retry-* flags) is
+// the one every policy carries; the sidecar takes it from the first policy on
+// (extproc/server's TestPolicyRetryBudgetReplacesTheSidecarsOwn).
+func TestConfiguredRetryBudgetIsSent(t *testing.T) {
+	want := policy.RetryCurve{MaxRetriesIdle: 4, GenerousBelow: 0.25, ZeroAt: 0.75, RetryOn: "5xx,gateway-error"}
+	xdsAddr, _ := startServerWith(t, func(c *server.Config) { c.Optimizer.RetryBudget = want })
+	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := meridianv1.NewLoadReportingClient(conn).StreamLoad(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&meridianv1.LoadReport{NodeId: "region-a", SidecarId: "s1", WindowSeconds: 1,
+		Demand: []*meridianv1.ModelDemand{{Model: "m", RequestsPerSecond: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := policy.CurveFromProto(p.GetRetryBudget())
+	if err != nil || got != want {
+		t.Fatalf("policy retry budget %+v (%v), want the configured %+v", got, err, want)
+	}
 }

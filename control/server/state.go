@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/control/signals"
-	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/policy"
 )
 
 // State is the introspection document served at /debug/state (and read by the dashboard):
@@ -134,7 +134,7 @@ func (s *Server) state() State {
 				if b := p.GetRetryBudget(); b != nil {
 					ns.RetryBudget = &RetryBudget{MaxRetriesIdle: b.GetMaxRetriesIdle(), GenerousBelow: b.GetGenerousBelow(),
 						ZeroAt: b.GetZeroAt(), RetryOn: b.GetRetryOn()}
-					if c, err := guard.CurveFromProto(b); err == nil {
+					if c, err := policy.CurveFromProto(b); err == nil {
 						ns.RetryBudget.MaxRetriesNow = c.MaxRetries(ns.Utilization) // the sidecars' own arithmetic
 					}
 				}

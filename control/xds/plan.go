@@ -35,6 +35,21 @@ func StaticWeights(f *fleet.Fleet) WeightFunc {
 	}
 }
 
+// SolvedWeights takes the fleet file's weights where it gives them, else the solved
+// weights[node][model] (the optimizer's Result.Weights), else (no solution for that flow
+// yet) capacity-proportional ones.
+func SolvedWeights(f *fleet.Fleet, weights map[string]map[string]map[string]uint32) WeightFunc {
+	return func(node, model string) map[string]uint32 {
+		if w, ok := f.Weights[node]; ok {
+			return w
+		}
+		if w := weights[node][model]; len(w) > 0 {
+			return w
+		}
+		return CapacityWeights(f, model)
+	}
+}
+
 // positive drops the zero entries: in the fleet file, 0 means "leave out".
 func positive(w map[string]uint32) map[string]uint32 {
 	out := make(map[string]uint32, len(w))

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/bootstrap"
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/server"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // reply is what a client saw of one request.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // TestChaosControlServerDies kills the control server under load for 10 s and changes the

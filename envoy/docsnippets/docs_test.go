@@ -20,9 +20,9 @@ import (
 
 	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/control/fleet"
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/extproc/server"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // TestEverySnippetLoads loads each configuration block of the docs as what its fence says
@@ -62,7 +62,7 @@ func load(s snippet) error {
 			return err
 		}
 		defer os.Remove(path)
-		_, err := server.LoadConfig(path, server.DefaultConfig(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		_, err := server.LoadConfig(path, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		return err
 	case s.kind == "inference.networking.k8s.io/v1.InferencePool":
 		return checkInferencePool(s.body)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 const model = "meridian-demo"
@@ -140,7 +140,7 @@ func TestE2EWalkingSkeleton(t *testing.T) {
 				r, err := chat(ctx, node.URL, model, prompt(200+i), false, map[string]string{
 					xdsapi.HeaderDestination: e.Address,
 					xdsapi.HeaderCluster:     "meridian-xds",
-					"x-envoy-retry-on":          "5xx",
+					"x-envoy-retry-on":       "5xx",
 				})
 				if err != nil {
 					t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // TestE2EOptimizerSpillsAcrossRegions drives region-a past what its own engines can take.

@@ -5,23 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+	"github.com/meridian-router/meridian/policy"
 )
-
-func TestRetryCurve(t *testing.T) {
-	c := RetryCurve{MaxRetriesIdle: 3, GenerousBelow: 0.4, ZeroAt: 0.8, RetryOn: "5xx"}
-	for _, tc := range []struct {
-		u    float64
-		want uint32
-	}{
-		{0, 3}, {0.4, 3}, {0.5, 2}, {0.6, 1}, {0.7, 0}, {0.79, 0}, {0.8, 0}, {1, 0}, {1.7, 0},
-		{math.NaN(), 0}, {-1, 3},
-	} {
-		if got := c.MaxRetries(tc.u); got != tc.want {
-			t.Errorf("MaxRetries(%v) = %d, want %d", tc.u, got, tc.want)
-		}
-	}
-}
 
 // The budget is generous when idle, shrinks as utilization rises and is zero near
 // saturation, whatever credit is left.
@@ -79,13 +64,13 @@ func TestRetryRatioIsCapped(t *testing.T) {
 
 func TestSetCurveRefusesBadCurves(t *testing.T) {
 	r, _ := NewRetries(DefaultRetryConfig())
-	if err := r.SetCurve(RetryCurve{MaxRetriesIdle: 1, GenerousBelow: 0.9, ZeroAt: 0.5, RetryOn: "5xx"}); err == nil {
+	if err := r.SetCurve(policy.RetryCurve{MaxRetriesIdle: 1, GenerousBelow: 0.9, ZeroAt: 0.5, RetryOn: "5xx"}); err == nil {
 		t.Fatal("SetCurve accepted generousBelow > zeroAt")
 	}
 	if g := r.Allow(0); g.Max != DefaultRetryConfig().Curve.MaxRetriesIdle {
 		t.Fatalf("after a refused curve, idle grant is %d, want the old curve's %d", g.Max, DefaultRetryConfig().Curve.MaxRetriesIdle)
 	}
-	if err := r.SetCurve(RetryCurve{MaxRetriesIdle: 0, GenerousBelow: 0, ZeroAt: 1}); err != nil {
+	if err := r.SetCurve(policy.RetryCurve{MaxRetriesIdle: 0, GenerousBelow: 0, ZeroAt: 1}); err != nil {
 		t.Fatalf("SetCurve(no retries) = %v", err)
 	}
 	if g := r.Allow(0); g.Max != 0 {
@@ -98,13 +83,13 @@ func TestRetryValidate(t *testing.T) {
 		field string
 		edit  func(*RetryConfig)
 	}{
-		{"maxRetriesIdle", func(c *RetryConfig) { c.Curve.MaxRetriesIdle = 11 }},
-		{"zeroAt", func(c *RetryConfig) { c.Curve.ZeroAt = 1.5 }},
-		{"generousBelow", func(c *RetryConfig) { c.Curve.GenerousBelow = -0.1 }},
-		{"retryOn", func(c *RetryConfig) { c.Curve.RetryOn = "" }},
-		{"retryOn", func(c *RetryConfig) { c.Curve.RetryOn = "5xx, reset" }},
-		{"ratio", func(c *RetryConfig) { c.Ratio = -0.1 }},
-		{"burst", func(c *RetryConfig) { c.Burst = 0.5 }},
+		{"retry.max_retries_idle", func(c *RetryConfig) { c.Curve.MaxRetriesIdle = 11 }},
+		{"retry.zero_at", func(c *RetryConfig) { c.Curve.ZeroAt = 1.5 }},
+		{"retry.generous_below", func(c *RetryConfig) { c.Curve.GenerousBelow = -0.1 }},
+		{"retry.retry_on", func(c *RetryConfig) { c.Curve.RetryOn = "" }},
+		{"retry.retry_on", func(c *RetryConfig) { c.Curve.RetryOn = "5xx, reset" }},
+		{"retry.ratio", func(c *RetryConfig) { c.Ratio = -0.1 }},
+		{"retry.burst", func(c *RetryConfig) { c.Burst = 0.5 }},
 	} {
 		c := DefaultRetryConfig()
 		tc.edit(&c)
@@ -113,19 +98,6 @@ func TestRetryValidate(t *testing.T) {
 		}
 		if _, err := NewRetries(c); err == nil {
 			t.Errorf("NewRetries accepted a bad %s", tc.field)
-		}
-	}
-}
-
-func TestCurveFromProto(t *testing.T) {
-	got, err := CurveFromProto(&meridianv1.RetryBudget{MaxRetriesIdle: 2, GenerousBelow: 0.3, ZeroAt: 0.7, RetryOn: "5xx,reset"})
-	want := RetryCurve{MaxRetriesIdle: 2, GenerousBelow: 0.3, ZeroAt: 0.7, RetryOn: "5xx,reset"}
-	if err != nil || got != want {
-		t.Fatalf("CurveFromProto = %+v, %v; want %+v", got, err, want)
-	}
-	for _, bad := range []*meridianv1.RetryBudget{nil, {MaxRetriesIdle: 2, ZeroAt: 0.5}, {GenerousBelow: 0.5, ZeroAt: 0.5}} {
-		if _, err := CurveFromProto(bad); err == nil {
-			t.Errorf("CurveFromProto(%v) accepted a bad budget", bad)
 		}
 	}
 }

@@ -217,9 +217,27 @@ func (s *Shedder) model(name string, now time.Time) *modelState {
 // at its local limit: such a request is shed whatever its priority. Priorities
 // outside [0, Priorities-1] are treated as the nearest class.
 func (s *Shedder) Decide(model string, priority int, atLimit bool) Decision {
+	return s.Model(model).Decide(priority, atLimit)
+}
+
+// ModelShedder decides for one model. The request path keeps one per model (it outlives
+// fraction updates), so a decision takes only that model's lock, never the shedder's.
+type ModelShedder struct {
+	s  *Shedder
+	st *modelState
+}
+
+// Model returns the model's decider, creating its state within MaxModels (past that, the
+// models share OtherModels').
+func (s *Shedder) Model(name string) ModelShedder {
+	return ModelShedder{s: s, st: s.model(name, s.clock.Now())}
+}
+
+// Decide is Shedder.Decide for this model.
+func (m ModelShedder) Decide(priority int, atLimit bool) Decision {
+	s, st := m.s, m.st
 	now := s.clock.Now()
 	p := min(max(priority, 0), s.cfg.Priorities-1)
-	st := s.model(model, now)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.decayTo(now, s.cfg.RateHalfLife)

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
 func newTestShedder(t *testing.T) (*Shedder, *fakeClock) {
@@ -197,22 +195,6 @@ func TestShedValidate(t *testing.T) {
 	for _, bad := range []float64{-0.1, 1.1, math.NaN()} {
 		if err := s.SetFractions(map[string]float64{"m": bad}); err == nil {
 			t.Errorf("SetFractions accepted %v", bad)
-		}
-	}
-}
-
-func TestFractionsFromProto(t *testing.T) {
-	got, err := FractionsFromProto([]*meridianv1.ModelShed{{Model: "a", Fraction: 0.2}, {Model: "b", Fraction: 0}})
-	if err != nil || len(got) != 2 || got["a"] != 0.2 || got["b"] != 0 {
-		t.Fatalf("FractionsFromProto = %v, %v", got, err)
-	}
-	for name, bad := range map[string][]*meridianv1.ModelShed{
-		"duplicate": {{Model: "a", Fraction: 0.1}, {Model: "a", Fraction: 0.2}},
-		"unnamed":   {{Fraction: 0.1}},
-		"too-big":   {{Model: "a", Fraction: 1.5}},
-	} {
-		if _, err := FractionsFromProto(bad); err == nil {
-			t.Errorf("%s: FractionsFromProto accepted %v", name, bad)
 		}
 	}
 }

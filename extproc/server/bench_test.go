@@ -13,9 +13,9 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // chat8K is an 8 KB chat body: a system prompt and a few turns, as a client would send.

@@ -6,19 +6,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/extproc/request"
 )
 
-// Config configures the sidecar's request handling. Build it with DefaultConfig (and
-// optionally LoadConfig), then Validate; New refuses an invalid one.
+// Config configures the sidecar's request handling. Build it from a File (DefaultFile,
+// ReadFile, then File.Build), or start from DefaultConfig in code; New refuses an invalid
+// one.
 type Config struct {
 	Request request.Options
 	// AffinityBlocks picks the routing key: the chained hash after this many prefix blocks
@@ -26,9 +29,11 @@ type Config struct {
 	AffinityBlocks int
 	Picker         picker.Config
 	Outliers       guard.OutlierConfig
-	Retry          guard.RetryConfig
-	Shed           guard.ShedConfig
-	Priority       PriorityConfig
+	// Retry applies until the control server sends its own budget in a policy, which then
+	// wins (the control server's --retry-* flags set it).
+	Retry    guard.RetryConfig
+	Shed     guard.ShedConfig
+	Priority PriorityConfig
 	// ReportInterval is how often load reports go to the control server.
 	ReportInterval time.Duration
 	// PenaltyInterval is how often outlier penalties are re-evaluated.
@@ -62,35 +67,25 @@ type PriorityConfig struct {
 	APIKeys map[string]int `yaml:"api_keys"`
 }
 
-// DefaultConfig is what the sidecar runs with unless configured.
+// DefaultConfig is what the sidecar runs with unless configured: DefaultFile built.
 func DefaultConfig(log *slog.Logger) Config {
-	pc := picker.DefaultConfig()
-	oc := guard.DefaultOutlierConfig()
-	// An engine at the minimum factor gets almost no traffic, so its statistics barely
-	// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
-	// restarted engine is back in use within about 15 s, and a still-broken one is pushed
-	// down again within a second of being tried.
-	oc.RecoverHalfLife = 5 * time.Second
-	return Config{
-		Request:         request.DefaultOptions(),
-		AffinityBlocks:  16,
-		Picker:          pc,
-		Outliers:        oc,
-		Retry:           guard.DefaultRetryConfig(),
-		Shed:            guard.DefaultShedConfig(),
-		Priority:        PriorityConfig{Default: 1, Header: "x-meridian-priority"},
-		ReportInterval:  time.Second,
-		PenaltyInterval: 250 * time.Millisecond,
-		MaxRequestAge:   15 * time.Minute,
-		BodyLimitBytes:  1 << 20,
-		HoldTimeout:     100 * time.Millisecond,
-		Log:             log,
+	c, err := DefaultFile().Build(log)
+	if err != nil {
+		panic(fmt.Sprintf("the sidecar's defaults are invalid: %v", err)) // a programming error
 	}
+	return c
+}
+
+// Core is the decision core's part of c.
+func (c Config) Core() decide.Config {
+	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
+		Fallbacks: c.Picker.Fallbacks, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// Validate reports every unusable field.
+// Validate reports every unusable field. Configurations built from a File were checked
+// field by field already; this is the backstop for ones built in code.
 func (c Config) Validate() error {
 	var errs []error
 	add := func(err error) {
@@ -99,108 +94,241 @@ func (c Config) Validate() error {
 		}
 	}
 	add(c.Request.Validate())
-	add(c.Picker.Validate())
-	add(c.Outliers.Validate())
-	add(c.Retry.Validate())
-	add(c.Shed.Validate())
+	add(c.Core().Validate())
 	if c.AffinityBlocks < 1 || c.AffinityBlocks > c.Request.MaxBlocks {
-		add(fmt.Errorf("affinity_blocks must be in [1, max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks))
+		add(fmt.Errorf("request.affinity_blocks must be in [1, request.max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks))
 	}
-	if c.Priority.Default < 0 || c.Priority.Default >= c.Shed.Priorities {
-		add(fmt.Errorf("priority.default must be in [0, %d) (got %d)", c.Shed.Priorities, c.Priority.Default))
-	}
-	for k, p := range c.Priority.APIKeys {
-		if !sha256Hex.MatchString(k) {
-			add(fmt.Errorf("priority.api_keys: key %q is not a lowercase hex SHA-256", k))
-		}
-		if p < 0 || p >= c.Shed.Priorities {
-			add(fmt.Errorf("priority.api_keys[%s]: priority must be in [0, %d) (got %d)", k, c.Shed.Priorities, p))
-		}
-	}
+	add(validatePriority(c.Priority, c.Shed.Priorities))
 	if c.BodyLimitBytes < 4096 {
-		add(fmt.Errorf("body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
+		add(fmt.Errorf("request.body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
 	}
-	for name, d := range map[string]time.Duration{"report_interval": c.ReportInterval, "penalty_interval": c.PenaltyInterval, "max_request_age": c.MaxRequestAge, "hold_timeout": c.HoldTimeout} {
+	for name, d := range map[string]time.Duration{"report_interval": c.ReportInterval, "penalty_interval": c.PenaltyInterval,
+		"max_request_age": c.MaxRequestAge, "request.hold_timeout": c.HoldTimeout} {
 		if d <= 0 {
 			add(fmt.Errorf("%s must be > 0 (got %s)", name, d))
 		}
 	}
-	if c.Log == nil {
-		add(errors.New("a logger is required"))
+	return errors.Join(errs...)
+}
+
+var headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_|~-]+$`)
+
+func validatePriority(p PriorityConfig, classes int) error {
+	var errs []error
+	if p.Default < 0 || p.Default >= classes {
+		errs = append(errs, fmt.Errorf("priority.default must be in [0, shed.priorities=%d) (got %d)", classes, p.Default))
+	}
+	if p.Header != "" && !headerName.MatchString(p.Header) {
+		errs = append(errs, fmt.Errorf("priority.header %q is not a lowercase HTTP header name", p.Header))
+	}
+	for k, v := range p.APIKeys {
+		if !sha256Hex.MatchString(k) {
+			errs = append(errs, fmt.Errorf("priority.api_keys: key %q is not a lowercase hex SHA-256", k))
+		}
+		if v < 0 || v >= classes {
+			errs = append(errs, fmt.Errorf("priority.api_keys[%s]: priority must be in [0, shed.priorities=%d) (got %d)", k, classes, v))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// fileConfig is the YAML schema of the sidecar's --config file (docs/configuration.md).
-// Absent fields keep their defaults.
-type fileConfig struct {
-	BlockBytes      *int            `yaml:"block_bytes"`
-	MaxBlocks       *int            `yaml:"max_blocks"`
-	AffinityBlocks  *int            `yaml:"affinity_blocks"`
-	Fallbacks       *int            `yaml:"fallbacks"`
-	Epsilon         *float64        `yaml:"bounded_load_epsilon"`
-	MaxInFlight     *int64          `yaml:"max_in_flight"`
-	ReportInterval  *time.Duration  `yaml:"report_interval"`
-	PenaltyRecovery *time.Duration  `yaml:"penalty_recover_half_life"`
-	Retry           *fileRetry      `yaml:"retry"`
-	Priorities      *int            `yaml:"priorities"`
-	RetryAfter      *time.Duration  `yaml:"retry_after"`
-	Priority        *PriorityConfig `yaml:"priority"`
-	BodyLimitBytes  *int64          `yaml:"body_limit_bytes"`
-	HoldTimeout     *time.Duration  `yaml:"hold_timeout"`
+// File is the YAML schema of the sidecar's --config file (docs/configuration.md). The
+// pipeline is: DefaultFile (or ReadFile, which decodes strictly over it), flags over it,
+// Validate (errors name the YAML path), then Build.
+type File struct {
+	Request        FileRequest    `yaml:"request"`
+	Picker         FilePicker     `yaml:"picker"`
+	Outliers       FileOutliers   `yaml:"outliers"`
+	Retry          FileRetry      `yaml:"retry"`
+	Shed           FileShed       `yaml:"shed"`
+	Priority       PriorityConfig `yaml:"priority"`
+	ReportInterval time.Duration  `yaml:"report_interval"`
 }
 
-type fileRetry struct {
-	MaxRetriesIdle *uint32  `yaml:"max_retries_idle"`
-	GenerousBelow  *float64 `yaml:"generous_below"`
-	ZeroAt         *float64 `yaml:"zero_at"`
-	RetryOn        *string  `yaml:"retry_on"`
-	Ratio          *float64 `yaml:"ratio"`
+// FileRequest is the file's request: section.
+type FileRequest struct {
+	BlockBytes     int           `yaml:"block_bytes"`
+	MaxBlocks      int           `yaml:"max_blocks"`
+	AffinityBlocks int           `yaml:"affinity_blocks"`
+	BodyLimitBytes int64         `yaml:"body_limit_bytes"`
+	HoldTimeout    time.Duration `yaml:"hold_timeout"`
 }
 
-// LoadConfig applies the YAML file at path over c. Unknown fields are errors, and errors
-// name the file.
-func LoadConfig(path string, c Config) (Config, error) {
+// FilePicker is the file's picker: section.
+type FilePicker struct {
+	Fallbacks          int     `yaml:"fallbacks"`
+	BoundedLoadEpsilon float64 `yaml:"bounded_load_epsilon"`
+	MaxInFlight        int64   `yaml:"max_in_flight"`
+}
+
+// FileOutliers is the file's outliers: section.
+type FileOutliers struct {
+	PenaltyRecoverHalfLife time.Duration `yaml:"penalty_recover_half_life"`
+}
+
+// FileRetry is the file's retry: section.
+type FileRetry struct {
+	MaxRetriesIdle uint32  `yaml:"max_retries_idle"`
+	GenerousBelow  float64 `yaml:"generous_below"`
+	ZeroAt         float64 `yaml:"zero_at"`
+	RetryOn        string  `yaml:"retry_on"`
+	Ratio          float64 `yaml:"ratio"`
+}
+
+// FileShed is the file's shed: section.
+type FileShed struct {
+	Priorities int           `yaml:"priorities"`
+	RetryAfter time.Duration `yaml:"retry_after"`
+}
+
+// DefaultFile is the sidecar's shipped configuration, as its file would state it.
+func DefaultFile() File {
+	req, pk, rt, sh := request.DefaultOptions(), picker.DefaultConfig(), guard.DefaultRetryConfig(), guard.DefaultShedConfig()
+	return File{
+		Request: FileRequest{BlockBytes: req.BlockBytes, MaxBlocks: req.MaxBlocks, AffinityBlocks: 16,
+			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond},
+		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight},
+		// An engine at the minimum factor gets almost no traffic, so its statistics barely
+		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
+		// restarted engine is back in use within about 15 s, and a still-broken one is pushed
+		// down again within a second of being tried.
+		Outliers: FileOutliers{PenaltyRecoverHalfLife: 5 * time.Second},
+		Retry: FileRetry{MaxRetriesIdle: rt.Curve.MaxRetriesIdle, GenerousBelow: rt.Curve.GenerousBelow,
+			ZeroAt: rt.Curve.ZeroAt, RetryOn: rt.Curve.RetryOn, Ratio: rt.Ratio},
+		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter},
+		Priority:       PriorityConfig{Default: 1, Header: "x-meridian-priority"},
+		ReportInterval: time.Second,
+	}
+}
+
+// ReadFile decodes the YAML file at path over DefaultFile. Unknown fields are errors, and
+// errors name the file. It does not validate: call Build (after applying flags).
+func ReadFile(path string) (File, error) {
+	f := DefaultFile()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("read sidecar config: %w", err)
+		return f, fmt.Errorf("read sidecar config: %w", err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var f fileConfig
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("%s: %w", path, err)
+		return f, fmt.Errorf("%s: %w", path, err)
 	}
-	set(&c.Request.BlockBytes, f.BlockBytes)
-	set(&c.Request.MaxBlocks, f.MaxBlocks)
-	set(&c.AffinityBlocks, f.AffinityBlocks)
-	set(&c.Picker.Fallbacks, f.Fallbacks)
-	set(&c.Picker.Epsilon, f.Epsilon)
-	set(&c.Picker.MaxInFlight, f.MaxInFlight)
-	set(&c.ReportInterval, f.ReportInterval)
-	set(&c.Outliers.RecoverHalfLife, f.PenaltyRecovery)
-	set(&c.Shed.Priorities, f.Priorities)
-	set(&c.Shed.RetryAfter, f.RetryAfter)
-	if r := f.Retry; r != nil {
-		set(&c.Retry.Curve.MaxRetriesIdle, r.MaxRetriesIdle)
-		set(&c.Retry.Curve.GenerousBelow, r.GenerousBelow)
-		set(&c.Retry.Curve.ZeroAt, r.ZeroAt)
-		set(&c.Retry.Curve.RetryOn, r.RetryOn)
-		set(&c.Retry.Ratio, r.Ratio)
+	return f, nil
+}
+
+// Validate reports every field that is out of range, named by its YAML path. It changes
+// nothing.
+func (f File) Validate() error {
+	var errs []error
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s %s", path, fmt.Sprintf(format, args...)))
 	}
-	set(&c.BodyLimitBytes, f.BodyLimitBytes)
-	set(&c.HoldTimeout, f.HoldTimeout)
-	if f.Priority != nil {
-		c.Priority = *f.Priority
+	r := f.Request
+	if r.BlockBytes < 16 {
+		bad("request.block_bytes", "is %d: want >= 16", r.BlockBytes)
+	}
+	if r.MaxBlocks < 1 {
+		bad("request.max_blocks", "is %d: want >= 1", r.MaxBlocks)
+	}
+	if r.AffinityBlocks < 1 || r.AffinityBlocks > max(r.MaxBlocks, 1) {
+		bad("request.affinity_blocks", "is %d: want 1..request.max_blocks (%d)", r.AffinityBlocks, r.MaxBlocks)
+	}
+	if r.BodyLimitBytes < 4096 {
+		bad("request.body_limit_bytes", "is %d: want >= 4096 (Envoy's buffer limit, the bootstrap's --buffer-limit)", r.BodyLimitBytes)
+	}
+	if r.HoldTimeout <= 0 {
+		bad("request.hold_timeout", "is %s: want > 0 (and under Envoy's ext_proc message_timeout)", r.HoldTimeout)
+	}
+	p := f.Picker
+	if p.Fallbacks < 0 || p.Fallbacks > picker.MaxExamined-1 {
+		bad("picker.fallbacks", "is %d: want 0..%d", p.Fallbacks, picker.MaxExamined-1)
+	}
+	if !(p.BoundedLoadEpsilon > 0) || math.IsInf(p.BoundedLoadEpsilon, 0) {
+		bad("picker.bounded_load_epsilon", "is %v: want a finite value > 0", p.BoundedLoadEpsilon)
+	}
+	if p.MaxInFlight < 0 {
+		bad("picker.max_in_flight", "is %d: want >= 0 (0: no cap)", p.MaxInFlight)
+	}
+	if f.Outliers.PenaltyRecoverHalfLife <= 0 {
+		bad("outliers.penalty_recover_half_life", "is %s: want > 0", f.Outliers.PenaltyRecoverHalfLife)
+	}
+	if err := f.retry().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	s := f.Shed
+	if s.Priorities < 1 || s.Priorities > 64 {
+		bad("shed.priorities", "is %d: want 1..64", s.Priorities)
+	}
+	if s.RetryAfter < time.Second || s.RetryAfter%time.Second != 0 {
+		bad("shed.retry_after", "is %s: want whole seconds >= 1s (Retry-After has no fractions)", s.RetryAfter)
+	}
+	if s.Priorities >= 1 {
+		if err := validatePriority(f.Priority, s.Priorities); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if f.ReportInterval <= 0 {
+		bad("report_interval", "is %s: want > 0", f.ReportInterval)
+	}
+	return errors.Join(errs...)
+}
+
+func (f File) retry() guard.RetryConfig {
+	rc := guard.DefaultRetryConfig()
+	rc.Curve.MaxRetriesIdle, rc.Curve.GenerousBelow, rc.Curve.ZeroAt, rc.Curve.RetryOn = f.Retry.MaxRetriesIdle, f.Retry.GenerousBelow, f.Retry.ZeroAt, f.Retry.RetryOn
+	rc.Ratio = f.Retry.Ratio
+	return rc
+}
+
+// Build validates f and returns the configuration it states. Every field of the file is
+// applied; nothing is clamped.
+func (f File) Build(log *slog.Logger) (Config, error) {
+	if err := f.Validate(); err != nil {
+		return Config{}, err
+	}
+	if log == nil {
+		return Config{}, errors.New("sidecar config: a logger is required")
+	}
+	req := request.DefaultOptions()
+	req.BlockBytes, req.MaxBlocks = f.Request.BlockBytes, f.Request.MaxBlocks
+	pk := picker.DefaultConfig()
+	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
+	pk.MaxExamined = max(pk.MaxExamined, pk.Fallbacks+1)
+	oc := guard.DefaultOutlierConfig()
+	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife
+	sh := guard.DefaultShedConfig()
+	sh.Priorities, sh.RetryAfter = f.Shed.Priorities, f.Shed.RetryAfter
+	c := Config{
+		Request:         req,
+		AffinityBlocks:  f.Request.AffinityBlocks,
+		Picker:          pk,
+		Outliers:        oc,
+		Retry:           f.retry(),
+		Shed:            sh,
+		Priority:        f.Priority,
+		ReportInterval:  f.ReportInterval,
+		PenaltyInterval: 250 * time.Millisecond,
+		MaxRequestAge:   15 * time.Minute,
+		BodyLimitBytes:  f.Request.BodyLimitBytes,
+		HoldTimeout:     f.Request.HoldTimeout,
+		Log:             log,
 	}
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%s: %w", path, err)
+		return Config{}, err
 	}
 	return c, nil
 }
 
-func set[T any](dst *T, v *T) {
-	if v != nil {
-		*dst = *v
+// LoadConfig reads, validates and builds the file at path; errors name the file.
+func LoadConfig(path string, log *slog.Logger) (Config, error) {
+	f, err := ReadFile(path)
+	if err != nil {
+		return Config{}, err
 	}
+	c, err := f.Build(log)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }

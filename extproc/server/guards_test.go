@@ -11,10 +11,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meridian-router/meridian/control/xds"
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
+	"github.com/meridian-router/meridian/policy"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 func TestRetryBudgetShrinksWithUtilization(t *testing.T) {
@@ -178,4 +179,24 @@ func TestFailoverEnginesFollowInTheList(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("the destination never became the weighted engine followed by both failovers")
+}
+
+// The sidecar's own retry settings apply until the control server's first policy; from
+// then on the policy's budget is the one applied.
+func TestPolicyRetryBudgetReplacesTheSidecarsOwn(t *testing.T) {
+	h := newHarnessWith(t, func(c *server.Config) {
+		c.Retry.Curve = policy.RetryCurve{MaxRetriesIdle: 3, GenerousBelow: 0.5, ZeroAt: 0.9, RetryOn: "reset"}
+	})
+	r := h.exchange(t, "/v1/chat/completions", chatBody("llama", "before the policy"))
+	if got, on := header(r, "x-envoy-max-retries"), header(r, "x-envoy-retry-on"); got != "3" || on != "reset" {
+		t.Fatalf("before any policy: %s retries on %q, want the sidecar's own 3 on \"reset\"", got, on)
+	}
+	h.srv.ApplyPolicy(&meridianv1.Policy{Version: "v", RetryBudget: &meridianv1.RetryBudget{MaxRetriesIdle: 1, GenerousBelow: 0.5, ZeroAt: 0.9, RetryOn: "5xx"}})
+	r = h.exchange(t, "/v1/chat/completions", chatBody("llama", "after the policy"))
+	if got, on := header(r, "x-envoy-max-retries"), header(r, "x-envoy-retry-on"); got != "1" || on != "5xx" {
+		t.Fatalf("after the policy: %s retries on %q, want the control server's 1 on \"5xx\"", got, on)
+	}
+	if c := h.srv.Core().RetryCurve(); c.MaxRetriesIdle != 1 || c.RetryOn != "5xx" {
+		t.Fatalf("curve in force %+v, want the policy's", c)
+	}
 }

@@ -13,9 +13,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 type stepClock struct {
@@ -48,7 +48,6 @@ func TestWarnsWhenOutcomesStop(t *testing.T) {
 	}
 	s.Update(&xdsclient.View{Version: "1", Models: map[string]xdsclient.Model{"llama": {Name: "llama", Cluster: xdsapi.ClusterName("llama"),
 		Endpoints: []xdsapi.Endpoint{{Engine: "e0", Address: "10.0.0.1:8000", Weight: 1}, {Engine: "e1", Address: "10.0.0.2:8000", Weight: 1}}}}})
-	s.lastOutcome.Store(clk.Now().UnixNano())
 	steer := func(n int) (ticket, upstream string) {
 		for i := range n {
 			st := &streamState{}

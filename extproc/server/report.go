@@ -2,138 +2,18 @@ package server
 
 import (
 	"context"
-	"math"
-	"sort"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/meridian-router/meridian/extproc/guard"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
-// windowStats counts arrivals per model between two load reports.
-type windowStats struct {
-	mu    sync.Mutex
-	start time.Time
-	m     map[string]*modelWindow
-}
-
-type modelWindow struct {
-	requests    int64
-	promptBytes int64
-}
-
-func newWindowStats() *windowStats {
-	return &windowStats{start: time.Now(), m: map[string]*modelWindow{}}
-}
-
-func (w *windowStats) arrival(model string, promptBytes int) {
-	w.mu.Lock()
-	mw := w.m[model]
-	if mw == nil {
-		mw = &modelWindow{}
-		w.m[model] = mw
-	}
-	mw.requests++
-	mw.promptBytes += int64(promptBytes)
-	w.mu.Unlock()
-}
-
-// cut returns the counts since the last cut and the window's length.
-func (w *windowStats) cut(now time.Time) (map[string]*modelWindow, time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m, d := w.m, now.Sub(w.start)
-	w.m, w.start = map[string]*modelWindow{}, now
-	return m, d
-}
-
-// bytesPerToken converts prompt bytes to the tokens the control server plans with. It is
-// the usual English average; the figure only scales the demand in tokens/s.
-const bytesPerToken = 4
-
-// buildReport summarizes the window that ends now.
-func (s *Server) buildReport(nodeID, sidecarID string) *meridianv1.LoadReport {
-	now := s.clock.Now()
-	win, d := s.stats.cut(now)
-	secs := max(d.Seconds(), 1e-3)
-	rep := &meridianv1.LoadReport{NodeId: nodeID, SidecarId: sidecarID, WindowSeconds: secs, UnixMillis: now.UnixMilli()}
-	shedRate := map[string]float64{}
-	for _, d := range s.shedder.Demand() {
-		shedRate[d.Model] = d.ShedPerSecond
-	}
-	// Every model this node routes is reported, 0 when nothing arrived: an absent entry
-	// would leave the control server's estimate at its last value.
-	known := map[string]bool{}
-	for m := range win {
-		known[m] = true
-	}
-	if r := s.routing.Load(); r != nil {
-		for m := range r.models {
-			known[m] = true
-		}
-	}
-	models := make([]string, 0, len(known))
-	for m := range known {
-		models = append(models, m)
-	}
-	sort.Strings(models)
-	for _, m := range models {
-		w := win[m]
-		if w == nil {
-			w = &modelWindow{}
-		}
-		rep.Demand = append(rep.Demand, &meridianv1.ModelDemand{
-			Model:                 m,
-			RequestsPerSecond:     float64(w.requests) / secs,
-			PromptTokensPerSecond: float64(w.promptBytes) / bytesPerToken / secs,
-			ShedPerSecond:         shedRate[m],
-		})
-	}
-	inflight := s.inFlight()
-	addr := map[string]string{}
-	if r := s.routing.Load(); r != nil {
-		for a, e := range r.engines {
-			addr[e] = a
-		}
-	}
-	for _, e := range s.outliers.Penalties().Engines() {
-		rep.Engines = append(rep.Engines, &meridianv1.EngineObservation{
-			Engine:         e.Engine,
-			Address:        addr[e.Engine],
-			Requests:       uint64(math.Round(e.Requests)),
-			Errors:         uint64(math.Round(e.Errors)),
-			TtftP50Seconds: e.TTFTP50.Seconds(),
-			TtftP90Seconds: e.TTFTP90.Seconds(),
-			ItlMeanSeconds: e.ITLMean.Seconds(),
-			InFlight:       float64(inflight[e.Engine]),
-			Penalty:        e.Factor,
-		})
-	}
-	return rep
-}
-
-// ApplyPolicy takes the control server's shed fractions, retry budget and utilization.
-// Parts that fail validation are refused and logged; the rest applies.
+// ApplyPolicy hands the control server's policy to the core. Parts that fail validation
+// are refused and logged; the rest applies.
 func (s *Server) ApplyPolicy(p *meridianv1.Policy) {
-	if f, err := guard.FractionsFromProto(p.GetShed()); err != nil {
-		s.cfg.Log.Error("policy: shed fractions refused", "version", p.GetVersion(), "err", err)
-	} else if err := s.shedder.SetFractions(f); err != nil {
-		s.cfg.Log.Error("policy: shed fractions refused", "version", p.GetVersion(), "err", err)
-	}
-	if b := p.GetRetryBudget(); b != nil {
-		c, err := guard.CurveFromProto(b)
-		if err == nil {
-			err = s.retries.SetCurve(c)
-		}
-		if err != nil {
-			s.cfg.Log.Error("policy: retry budget refused", "version", p.GetVersion(), "err", err)
-		}
-	}
-	if u := p.GetUtilization(); u >= 0 && !math.IsNaN(u) && !math.IsInf(u, 0) {
-		s.plannedUtil.Store(math.Float64bits(u))
+	if err := s.core.ApplyPolicy(p); err != nil {
+		s.cfg.Log.Error("policy: part refused; keeping the current value", "version", p.GetVersion(), "err", err)
 	}
 }
 
@@ -189,7 +69,7 @@ func (s *Server) reportOnce(ctx context.Context, client meridianv1.LoadReporting
 		case err := <-recvErr:
 			return err
 		case <-t.C:
-			if err := stream.Send(s.buildReport(nodeID, sidecarID)); err != nil {
+			if err := stream.Send(s.core.BuildReport(nodeID, sidecarID)); err != nil {
 				return err
 			}
 		}

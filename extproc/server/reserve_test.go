@@ -10,8 +10,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // As capped engines fill up, the lowest priority meets its local limit first and the
@@ -58,8 +58,8 @@ func TestLocalLimitShedsLowPriorityFirst(t *testing.T) {
 	if 2*firstLowShed > 25 {
 		t.Fatalf("priority 0 was admitted %d times of 30 slots: it may use only 80%%", firstLowShed)
 	}
-	if s.loads.Total() != 30 || highAdmitted != 30-firstLowShed {
-		t.Fatalf("in flight %d, high-priority admitted %d: the top class must fill every slot the low one left", s.loads.Total(), highAdmitted)
+	if s.core.InFlightTotal() != 30 || highAdmitted != 30-firstLowShed {
+		t.Fatalf("in flight %d, high-priority admitted %d: the top class must fill every slot the low one left", s.core.InFlightTotal(), highAdmitted)
 	}
-	t.Logf("priority 0 shed from its request %d on; priority 3 admitted %d times; %d in flight", firstLowShed, highAdmitted, s.loads.Total())
+	t.Logf("priority 0 shed from its request %d on; priority 3 admitted %d times; %d in flight", firstLowShed, highAdmitted, s.core.InFlightTotal())
 }

@@ -8,11 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -24,37 +22,23 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/meridian-router/meridian/xdsapi"
+	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/extproc/request"
-	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
-// Server implements envoy.service.ext_proc.v3.ExternalProcessor, and owns the sidecar's
-// routing snapshot, in-flight tickets and local guards.
+// Server implements envoy.service.ext_proc.v3.ExternalProcessor around a decide.Core: it
+// reads requests off the ext_proc stream, asks the core, and encodes the decision into
+// header mutations, dynamic metadata or an immediate response.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
-	cfg      Config
-	clock    guard.Clock
-	loads    *picker.Loads
-	outliers *guard.Outliers
-	retries  *guard.Retries
-	shedder  *guard.Shedder
-	tickets  *tickets
-	metrics  *metrics
-	stats    *windowStats
-
-	routing atomic.Pointer[routing]
-	// plannedUtil is the control server's utilization estimate for this node (float64 bits).
-	plannedUtil atomic.Uint64
-	// steeredSinceOutcome counts requests steered since Envoy's access log last brought an
-	// outcome, and lastOutcome (unix nanos) is when: together they tell a missing access log.
-	steeredSinceOutcome atomic.Int64
-	lastOutcome         atomic.Int64
-
-	rebuildMu sync.Mutex // serializes routing rebuilds (off the hot path)
+	cfg     Config
+	clock   guard.Clock
+	core    *decide.Core
+	metrics *metrics
 }
 
 // New returns a server that routes nothing until the first Update.
@@ -67,15 +51,17 @@ func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), stats: newWindowStats()}
+	s := &Server{cfg: cfg, clock: clock}
+	dc := cfg.Core()
+	dc.OnEngineOutcome = func(engine string, ok bool) {
+		class := "ok"
+		if !ok {
+			class = "error"
+		}
+		s.metrics.outcomes.Add(context.Background(), 1, s.metrics.opt("engine", engine, "class", class))
+	}
 	var err error
-	if s.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
-		return nil, err
-	}
-	if s.retries, err = guard.NewRetries(cfg.Retry); err != nil {
-		return nil, err
-	}
-	if s.shedder, err = guard.NewShedder(cfg.Shed, clock); err != nil {
+	if s.core, err = decide.New(dc, clock); err != nil {
 		return nil, err
 	}
 	if s.metrics, err = newMetrics(s); err != nil {
@@ -84,31 +70,23 @@ func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	return s, nil
 }
 
+// Core is the decision core the server translates for.
+func (s *Server) Core() *decide.Core { return s.core }
+
 // Metrics is the registry to serve on /metrics.
 func (s *Server) Metrics() *prometheus.Registry { return s.metrics.Registry }
 
 // Update swaps in a new routing snapshot built from an xDS view.
-func (s *Server) Update(v *xdsclient.View) {
-	if err := s.rebuild(v, s.outliers.Penalties()); err != nil {
+func (s *Server) Update(v *xdsapi.View) {
+	if err := s.core.Update(v); err != nil {
 		s.cfg.Log.Error("xDS view refused; keeping the current routing", "version", v.Version, "err", err)
 		return
 	}
 	s.cfg.Log.Info("routing updated", "version", v.Version, "models", len(v.Models))
 }
 
-func (s *Server) rebuild(v *xdsclient.View, pen *guard.Penalties) error {
-	s.rebuildMu.Lock()
-	defer s.rebuildMu.Unlock()
-	r, err := newRouting(v, pen, s.cfg.Picker, s.loads)
-	if err != nil {
-		return err
-	}
-	s.routing.Store(r)
-	return nil
-}
-
 // Ready reports whether the server has a routing snapshot.
-func (s *Server) Ready() bool { return s.routing.Load() != nil }
+func (s *Server) Ready() bool { return s.core.Ready() }
 
 // Run re-evaluates penalties and releases lost tickets until ctx is done.
 func (s *Server) Run(ctx context.Context) {
@@ -116,7 +94,6 @@ func (s *Server) Run(ctx context.Context) {
 	defer pen.Stop()
 	sweep := time.NewTicker(min(s.cfg.MaxRequestAge/4, time.Minute))
 	defer sweep.Stop()
-	s.lastOutcome.Store(s.clock.Now().UnixNano())
 	quiet := time.NewTicker(outcomeSilence) // so the warning repeats at most every 30 s
 	defer quiet.Stop()
 	for {
@@ -128,7 +105,7 @@ func (s *Server) Run(ctx context.Context) {
 		case <-pen.C:
 			s.refreshPenalties()
 		case <-sweep.C:
-			if n := s.tickets.expire(s.clock.Now().Add(-s.cfg.MaxRequestAge)); n > 0 {
+			if n := s.core.Expire(s.cfg.MaxRequestAge); n > 0 {
 				s.cfg.Log.Warn("released in-flight tickets whose outcome never arrived", "count", n)
 			}
 		}
@@ -145,29 +122,22 @@ const (
 // checkOutcomes warns when outcomes stopped while requests are steered: without them
 // in-flight counts of streamed requests never fall and penalties never change.
 func (s *Server) checkOutcomes() {
-	n := s.steeredSinceOutcome.Load()
-	since := s.clock.Now().Sub(time.Unix(0, s.lastOutcome.Load()))
+	n, since := s.core.OutcomeSilence()
 	if n >= outcomeSilentAfter && since >= outcomeSilence {
 		s.cfg.Log.Warn("no outcome from Envoy's access log while requests are steered: is the bootstrap's envoy.access_loggers.http_grpc to the sidecar in place? In-flight counts only fall when max_request_age sweeps them",
 			"steered", n, "silent_for", since.Round(time.Second))
 	}
 }
 
-// refreshPenalties re-evaluates outliers and rebuilds routing when a factor changed.
+// refreshPenalties re-evaluates outliers; the core rebuilds routing when a factor changed.
 func (s *Server) refreshPenalties() {
-	p := s.outliers.Evaluate()
-	r := s.routing.Load()
-	if r == nil || p.Version == r.penalties {
+	penalized, err := s.core.RefreshPenalties()
+	if err != nil {
+		s.cfg.Log.Error("penalties not applied", "err", err)
 		return
 	}
-	if err := s.rebuild(r.view, p); err != nil {
-		s.cfg.Log.Error("rebuild with new penalties", "err", err)
-		return
-	}
-	for _, e := range p.Engines() {
-		if e.Factor < 1 {
-			s.cfg.Log.Info("engine penalized", "engine", e.Engine, "factor", e.Factor, "reason", e.Reason.String())
-		}
+	for _, e := range penalized {
+		s.cfg.Log.Info("engine penalized", "engine", e.Engine, "factor", e.Factor, "reason", e.Reason.String())
 	}
 }
 
@@ -188,7 +158,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		// stream closes as soon as the last chunk is answered, long before the request
 		// ends, so only the outcome (found by ticket or by request id) releases it.
 		if !hold {
-			s.tickets.end(ticket)
+			s.core.EndStream(ticket)
 		}
 	}()
 	ctx := stream.Context()
@@ -497,121 +467,88 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 		s.metrics.decision(ctx, "", resultBadRequest)
 		return decision{immediate: errorResponse(400, "invalid_request_error", ce.Reason, 0)}
 	}
-	rt := s.routing.Load()
-	if rt == nil {
+	var buf [picker.MaxExamined]int
+	d := s.core.Route(decide.Request{Model: st.req.Model, Key: s.key(&st.req), Priority: st.priority,
+		PromptBytes: st.req.PromptBytes, RequestID: st.requestID}, buf[:0])
+	st.ticket = d.Ticket
+	switch d.Verdict {
+	case decide.NoSnapshot:
 		s.metrics.decision(ctx, "", resultPassThrough)
 		return decision{} // no snapshot yet: fail open to Envoy's own balancing
-	}
-	m, ok := rt.models[st.req.Model]
-	if !ok {
-		s.metrics.decision(ctx, "", resultUnknownModel)
+	case decide.UnknownModel:
+		s.metrics.decision(ctx, "", resultUnknownModel) // no label for a name no cluster has
 		return decision{immediate: errorResponse(404, "not_found_error", fmt.Sprintf("The model `%s` does not exist.", st.req.Model), 0)}
-	}
-	s.stats.arrival(m.name, st.req.PromptBytes)
-	if m.table.Len() == 0 {
-		s.metrics.decision(ctx, m.name, resultNoEngine)
-		return decision{immediate: errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", m.name), s.cfg.Shed.RetryAfter)}
-	}
-	key := s.key(&st.req)
-	var buf [picker.MaxExamined]int
-	res := m.table.Pick(key, buf[:0])
-	atLimit := res.AtLimit || s.reserved(m.table, res.Order, st.priority)
-	if d := s.shedder.Decide(m.name, st.priority, atLimit); d.Shed() {
-		result := resultShedQuota
-		if d.Reason == guard.ShedLimit {
-			result = resultShedLimit
-		}
-		s.metrics.decision(ctx, m.name, result)
-		s.metrics.shed(ctx, m.name, d.Reason.String(), st.priority)
+	case decide.NoEngine:
+		s.metrics.decision(ctx, d.Model, resultNoEngine)
+		return decision{immediate: errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", d.Model), d.RetryAfter)}
+	case decide.ShedQuota, decide.ShedLimit:
+		result := d.Verdict.String()
+		s.metrics.decision(ctx, d.Model, result)
+		s.metrics.shed(ctx, d.Model, strings.TrimPrefix(result, "shed_"), d.Priority)
 		resp := errorResponse(503, "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
 		resp.GetImmediateResponse().Details = "meridian_" + result // Envoy's %RESPONSE_CODE_DETAILS% tells quota from limit
 		return decision{immediate: resp}
 	}
-	primary := res.Order[0]
-	ep := m.table.Endpoint(primary)
-	grant := s.retries.Allow(s.utilization(m.table))
-	id := s.tickets.next()
-	if s.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name, start: s.clock.Now(), requestID: st.requestID}) {
-		st.ticket = id
-	}
-	s.steeredSinceOutcome.Add(1)
+	return s.steer(ctx, st, &d)
+}
 
+// steerHeaders is the most headers steer sets.
+const steerHeaders = 7
+
+// steer encodes a Steer decision: the endpoint list as the endpoint-picker header and
+// envoy.lb metadata, the model's cluster, the prefix key for the fallback's hash, the
+// ticket, the retry grant and the trace context. The header values share one allocation,
+// and so do the header options.
+func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision) decision {
 	var destBuf [256]byte
-	destBytes := m.table.AppendAddrs(destBuf[:0], res.Order)
-	for i := 0; i < len(m.failover) && len(res.Order)+i < 1+s.cfg.Picker.Fallbacks; i++ {
-		destBytes = append(append(destBytes, ','), m.failover[i]...)
+	dest := string(d.AppendDestination(destBuf[:0]))
+	opts := make([]corev3.HeaderValueOption, 0, steerHeaders)
+	vals := make([]corev3.HeaderValue, 0, steerHeaders)
+	raw := make([]byte, 0, 128)
+	add := func(k, v string) {
+		start := len(raw)
+		raw = append(raw, v...)
+		vals = append(vals, corev3.HeaderValue{Key: k, RawValue: raw[start:len(raw):len(raw)]})
+		opts = append(opts, corev3.HeaderValueOption{Header: &vals[len(vals)-1], AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
 	}
-	dest := string(destBytes)
-	set := []*corev3.HeaderValueOption{
-		setHeader(xdsapi.HeaderDestination, dest),
-		setHeader(xdsapi.HeaderCluster, m.cluster),
-		setHeader(xdsapi.HeaderPrefixHash, strconv.FormatUint(key, 16)),
-		setHeader(outcome.HeaderTicket, id),
+	add(xdsapi.HeaderDestination, dest)
+	add(xdsapi.HeaderCluster, d.Cluster)
+	var num [20]byte
+	add(xdsapi.HeaderPrefixHash, string(strconv.AppendUint(num[:0], s.key(&st.req), 16)))
+	if d.Ticket != "" {
+		add(outcome.HeaderTicket, d.Ticket)
 	}
-	if grant.Max > 0 {
-		set = append(set, setHeader("x-envoy-max-retries", strconv.FormatUint(uint64(grant.Max), 10)),
-			setHeader("x-envoy-retry-on", grant.RetryOn))
-	} else {
-		// With no budget left, only a request that never reached an engine may go to the
-		// next one in the list: it adds no load to any engine, so it cannot feed a storm.
-		set = append(set, setHeader("x-envoy-max-retries", "1"), setHeader("x-envoy-retry-on", retryOnUnsent))
-	}
+	add("x-envoy-max-retries", string(strconv.AppendUint(num[:0], uint64(d.Retries), 10)))
+	add("x-envoy-retry-on", d.RetryOn)
 	if tp, ok := childTraceparent(st.traceparent); ok {
-		set = append(set, setHeader("traceparent", tp))
+		add("traceparent", tp)
 	}
-	s.metrics.decision(ctx, m.name, resultSteered)
-	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", ep.Engine))
-	s.metrics.retries.Record(ctx, int64(grant.Max)) // the budget; unsent-only retries are not counted
-	if res.Spilled {
-		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", m.name))
+	set := make([]*corev3.HeaderValueOption, len(opts))
+	for i := range opts {
+		set[i] = &opts[i]
+	}
+	s.metrics.decision(ctx, d.Model, resultSteered)
+	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", d.Engine))
+	s.metrics.retries.Record(ctx, int64(d.Budget)) // the budget; unsent-only retries are not counted
+	if d.Spilled {
+		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", d.Model))
 	}
 	return decision{
 		common: &extprocv3.CommonResponse{
 			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
 			ClearRouteCache: true,
 		},
-		metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			xdsapi.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				xdsapi.HeaderDestination: structpb.NewStringValue(dest),
-			}}),
-		}},
+		metadata: lbMetadata(dest),
 	}
 }
 
-// reservedShare is the part of every capped engine's in-flight cap held back from the
-// lowest priority, shrinking linearly to nothing for the highest: as engines fill up,
-// low-priority requests meet their local limit first and the last slots stay for the
-// important ones.
-const reservedShare = 0.2
-
-// reserved reports whether every candidate is past the share of its cap that priority p
-// may use. Engines without a cap never are.
-func (s *Server) reserved(t *picker.Table, order []int, p int) bool {
-	top := s.cfg.Shed.Priorities - 1
-	if p >= top || len(order) == 0 {
-		return false
-	}
-	share := 1 - reservedShare*float64(top-p)/float64(top)
-	for _, i := range order {
-		limit, ok := t.Limit(i)
-		if !ok || float64(t.InFlight(i)) < share*float64(limit) {
-			return false
-		}
-	}
-	return true
-}
-
-// retryOnUnsent are Envoy's retry conditions for requests no engine started on.
-const retryOnUnsent = "connect-failure,refused-stream"
-
-// utilization is the larger of what the control server planned for this node and what the
-// sidecar measures locally against hard in-flight caps (when every engine has one).
-func (s *Server) utilization(t *picker.Table) float64 {
-	u := math.Float64frombits(s.plannedUtil.Load())
-	if local, ok := t.Utilization(); ok && local > u {
-		u = local
-	}
-	return u
+// lbMetadata is the endpoint list under envoy.lb, where override_host also reads it.
+func lbMetadata(dest string) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		xdsapi.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			xdsapi.HeaderDestination: structpb.NewStringValue(dest),
+		}}),
+	}}
 }
 
 // key is the routing key: the chained hash at the affinity depth.
@@ -622,92 +559,18 @@ func (s *Server) key(r *request.Request) uint64 {
 	return r.Blocks[min(len(r.Blocks), s.cfg.AffinityBlocks)-1]
 }
 
-// OnOutcome ends the request's ticket and feeds the guards. It is called for every entry
-// of Envoy's access log stream.
-func (s *Server) OnOutcome(rec outcome.Record) {
-	s.lastOutcome.Store(s.clock.Now().UnixNano())
-	s.steeredSinceOutcome.Store(0)
-	in, tracked := s.tickets.take(rec.Ticket)
-	if !tracked && rec.Ticket == "" && rec.RequestID != "" {
-		if in, tracked = s.tickets.takeRequest(rec.RequestID); !tracked {
-			s.tickets.finish(rec.RequestID)
-		}
-	}
-	if rec.Upstream == "" && !tracked {
-		return // answered by the sidecar itself (shed, bad request) or never routed
-	}
-	rt := s.routing.Load()
-	engine, rtt := "", time.Duration(0)
-	if rt != nil {
-		engine, rtt = rt.engines[rec.Upstream], rt.rtt[rec.Upstream]
-	}
-	ok := rec.Status > 0 && rec.Status < 500 && !rec.UpstreamFailure
-	if tracked && rec.Attempts > 1 && rec.Upstream != in.address {
-		// The primary failed and Envoy went down the list: that is the primary's error.
-		s.observe(in.engine, false, 0, 0)
-	}
-	if engine != "" {
-		var ttft, itl time.Duration
-		if ok {
-			// Engine time only: the round trip is the network's, not the engine's.
-			ttft = max(firstToken(rec)-rtt, time.Microsecond)
-			itl = decodePerChunk(rec)
-		}
-		s.observe(engine, ok, ttft, itl)
-	}
-	if rec.Attempts > 1 {
-		s.retries.Spent(rec.Attempts - 1)
-	}
-}
-
-// firstToken is the time to the first body byte, or to the response headers when Envoy did
-// not log the former.
-func firstToken(rec outcome.Record) time.Duration {
-	if rec.TTFT > 0 {
-		return rec.TTFT
-	}
-	return rec.TTFB
-}
-
-// sseChunkBytes is about one streamed token's SSE event ("data: {...}\n\n"). Only ratios
-// between engines matter to the outlier check, so the constant need not be exact.
-const sseChunkBytes = 150
-
-// decodePerChunk estimates inter-token latency from the decode time and the body size;
-// 0 when the body is too small to say.
-func decodePerChunk(rec outcome.Record) time.Duration {
-	if rec.Decode <= 0 || rec.BodyBytes < 4*sseChunkBytes {
-		return 0
-	}
-	return time.Duration(float64(rec.Decode) * sseChunkBytes / float64(rec.BodyBytes))
-}
-
-func (s *Server) observe(engine string, ok bool, ttft, itl time.Duration) {
-	s.outliers.Observe(guard.Outcome{Engine: engine, OK: ok, TTFT: ttft, ITL: itl})
-	class := "ok"
-	if !ok {
-		class = "error"
-	}
-	s.metrics.outcomes.Add(context.Background(), 1, s.metrics.opt("engine", engine, "class", class))
-}
+// OnOutcome hands one entry of Envoy's access log stream to the core.
+func (s *Server) OnOutcome(rec outcome.Record) { s.core.Outcome(rec) }
 
 func (s *Server) penaltyFactors() map[string]float64 {
 	out := map[string]float64{}
-	for _, e := range s.outliers.Penalties().Engines() {
+	for _, e := range s.core.Penalties().Engines() {
 		out[e.Engine] = e.Factor
 	}
 	return out
 }
 
-func (s *Server) inFlight() map[string]int64 {
-	out := map[string]int64{}
-	if r := s.routing.Load(); r != nil {
-		for addr, engine := range r.engines {
-			out[engine] = s.loads.InFlight(addr)
-		}
-	}
-	return out
-}
+func (s *Server) inFlight() map[string]int64 { return s.core.InFlight() }
 
 func continueBody() *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/meridian-router/meridian/control/fleet"
 	"github.com/meridian-router/meridian/control/xds"
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 const fleetYAML = `

@@ -11,9 +11,9 @@ import (
 	extprocv3filter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/meridian-router/meridian/xdsapi"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // streamedConfig is what Envoy announces on the first message when the bootstrap streams

@@ -21,20 +21,11 @@ import (
 	"github.com/meridian-router/meridian/xdsapi"
 )
 
-// View is what one node should route on. It is immutable once handed out.
-type View struct {
-	// Version is the EDS version the view was built from.
-	Version string
-	// Models maps model name to its cluster and endpoints.
-	Models map[string]Model
-}
-
-// Model is one model's cluster as this node sees it.
-type Model struct {
-	Name      string
-	Cluster   string
-	Endpoints []xdsapi.Endpoint
-}
+// View is what one node should route on (xdsapi.View); Model one model's part of it.
+type (
+	View  = xdsapi.View
+	Model = xdsapi.ModelView
+)
 
 // Config configures a Client.
 type Config struct {

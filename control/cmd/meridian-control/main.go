@@ -10,12 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/server"
 	"github.com/meridian-router/meridian/control/signals"
+	"github.com/meridian-router/meridian/policy"
 )
 
 func main() {
@@ -45,6 +47,16 @@ func main() {
 	fs.Float64Var(&cfg.Optimizer.MinShareChange, "min-share-change", cfg.Optimizer.MinShareChange, "smallest share change worth publishing, in [0,1)")
 	fs.Float64Var(&cfg.Optimizer.DefaultCurve.Base, "default-latency", cfg.Optimizer.DefaultCurve.Base, "engine latency in seconds at no load, until one is learned")
 	fs.Float64Var(&cfg.Optimizer.DefaultCurve.Queue, "default-queueing", cfg.Optimizer.DefaultCurve.Queue, "engine queueing coefficient in seconds, until one is learned")
+	rb := &cfg.Optimizer.RetryBudget
+	fs.Func("retry-max-idle", fmt.Sprintf("retries per request the sidecars grant while utilization <= --retry-generous-below, 0..%d (default %d)", policy.MaxRetriesCap, rb.MaxRetriesIdle),
+		func(v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			rb.MaxRetriesIdle = uint32(n)
+			return err
+		})
+	fs.Float64Var(&rb.GenerousBelow, "retry-generous-below", rb.GenerousBelow, "utilization up to which the full retry budget applies")
+	fs.Float64Var(&rb.ZeroAt, "retry-zero-at", rb.ZeroAt, "utilization from which no budgeted retries are granted")
+	fs.StringVar(&rb.RetryOn, "retry-on", rb.RetryOn, "x-envoy-retry-on for budgeted retries (Envoy's retry conditions, comma-separated)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -51,7 +51,7 @@ func main() {
 	}
 	var f flags
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := server.DefaultConfig(log)
+	file := server.DefaultFile() // the flags' defaults; a --config file replaces them below
 	fs.StringVar(&f.config, "config", "", "optional YAML config file (docs/configuration.md); flags given explicitly override it")
 	fs.StringVar(&f.nodeID, "node-id", "", "the Envoy node id (data-plane cluster name) this sidecar serves")
 	host, _ := os.Hostname()
@@ -59,11 +59,12 @@ func main() {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:19001", "gRPC address for Envoy's ext_proc filter")
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:19081", "HTTP address for /healthz and /metrics")
 	fs.StringVar(&f.control, "control", "127.0.0.1:18000", "control server xDS address")
-	fs.IntVar(&cfg.Request.BlockBytes, "block-bytes", cfg.Request.BlockBytes, "bytes of canonical prompt per prefix block")
-	fs.IntVar(&cfg.Request.MaxBlocks, "max-blocks", cfg.Request.MaxBlocks, "prefix blocks hashed at most")
-	fs.IntVar(&cfg.AffinityBlocks, "affinity-blocks", cfg.AffinityBlocks, "prefix blocks that form the routing key")
-	fs.Int64Var(&cfg.BodyLimitBytes, "body-limit", cfg.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body")
-	fs.IntVar(&cfg.Picker.Fallbacks, "fallbacks", cfg.Picker.Fallbacks, "engines after the primary in the endpoint list")
+	var flagged server.File // what explicitly given flags say; applied over the file
+	fs.IntVar(&flagged.Request.BlockBytes, "block-bytes", file.Request.BlockBytes, "bytes of canonical prompt per prefix block (request.block_bytes)")
+	fs.IntVar(&flagged.Request.MaxBlocks, "max-blocks", file.Request.MaxBlocks, "prefix blocks hashed at most (request.max_blocks)")
+	fs.IntVar(&flagged.Request.AffinityBlocks, "affinity-blocks", file.Request.AffinityBlocks, "prefix blocks that form the routing key (request.affinity_blocks)")
+	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
+	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-listen (keep that address private)")
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -73,28 +74,36 @@ func main() {
 		os.Exit(2)
 	}
 	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level})).With("node", f.nodeID)
-	cfg.Log = log
 	if f.config != "" {
-		// The file applies over the defaults, then explicitly given flags win.
-		fileCfg, err := server.LoadConfig(f.config, server.DefaultConfig(log))
-		if err != nil {
+		var err error
+		if file, err = server.ReadFile(f.config); err != nil {
 			fmt.Fprintln(os.Stderr, "meridian-sidecar:", err)
 			os.Exit(2)
 		}
-		explicit := map[string]bool{}
-		fs.Visit(func(fl *flag.Flag) { explicit[fl.Name] = true })
-		for name, apply := range map[string]func(){
-			"block-bytes":     func() { fileCfg.Request.BlockBytes = cfg.Request.BlockBytes },
-			"max-blocks":      func() { fileCfg.Request.MaxBlocks = cfg.Request.MaxBlocks },
-			"affinity-blocks": func() { fileCfg.AffinityBlocks = cfg.AffinityBlocks },
-			"fallbacks":       func() { fileCfg.Picker.Fallbacks = cfg.Picker.Fallbacks },
-			"body-limit":      func() { fileCfg.BodyLimitBytes = cfg.BodyLimitBytes },
-		} {
-			if explicit[name] {
-				apply()
-			}
+	}
+	// Explicitly given flags win over the file.
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "block-bytes":
+			file.Request.BlockBytes = flagged.Request.BlockBytes
+		case "max-blocks":
+			file.Request.MaxBlocks = flagged.Request.MaxBlocks
+		case "affinity-blocks":
+			file.Request.AffinityBlocks = flagged.Request.AffinityBlocks
+		case "body-limit":
+			file.Request.BodyLimitBytes = flagged.Request.BodyLimitBytes
+		case "fallbacks":
+			file.Picker.Fallbacks = flagged.Picker.Fallbacks
 		}
-		cfg = fileCfg
+	})
+	cfg, err := file.Build(log)
+	if err != nil {
+		where := "flags"
+		if f.config != "" {
+			where = f.config
+		}
+		fmt.Fprintf(os.Stderr, "meridian-sidecar: %s: %v\n", where, err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,4 +1,4 @@
-package server
+package decide
 
 import (
 	"fmt"
@@ -66,11 +66,11 @@ func TestTicketsOutcomeBeforeRoute(t *testing.T) {
 	if _, ok := tk.takeRequest("late"); !ok || loads.Total() != 0 {
 		t.Fatalf("outcome by request id: in flight %d, want 0", loads.Total())
 	}
-	for i := range finishedKept + 1 { // the memory is bounded: the oldest id is forgotten
+	for i := range 2 * finishedKept { // the memory is bounded: the oldest id is forgotten
 		tk.finish(fmt.Sprint("r", i))
 	}
-	if len(tk.finished) != finishedKept {
-		t.Fatalf("%d finished ids kept, want %d", len(tk.finished), finishedKept)
+	if n := tk.finishedLen(); n != finishedKept {
+		t.Fatalf("%d finished ids kept, want %d", n, finishedKept)
 	}
 	if !tk.put(tk.next(), inflight{ticket: tb.Start(0), requestID: "r0", start: time.Now()}) {
 		t.Fatal("the oldest finished id should have been forgotten")

@@ -1,4 +1,4 @@
-package server
+package decide
 
 import (
 	"fmt"
@@ -6,13 +6,13 @@ import (
 
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/picker"
-	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
-// routing is one immutable snapshot of what the sidecar routes on: the node's xDS view
-// with every EDS weight multiplied by the local outlier penalty.
+// routing is one immutable snapshot of what the core routes on: the node's xDS view with
+// every EDS weight multiplied by the local outlier penalty.
 type routing struct {
-	view      *xdsclient.View
+	view      *xdsapi.View
 	penalties uint64 // guard.Penalties.Version the weights include
 	models    map[string]*modelRoute
 	engines   map[string]string        // address -> engine name
@@ -25,19 +25,24 @@ type modelRoute struct {
 	table   *picker.Table
 	// failover are engines the node gives no share but may retry (EDS priority >= 1),
 	// appended to the endpoint list when the table yields fewer than wanted.
-	failover []string
+	failover []failover
+	// state is the model's long-lived request-path state, shared by every snapshot.
+	state *modelState
 }
 
+type failover struct{ address, engine string }
+
 // newRouting builds the picker tables. Draining endpoints are left out: override_host
-// would send to them, since it does not check health.
-func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads) (*routing, error) {
+// would send to them, since it does not check health. state returns each model's
+// long-lived state.
+func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads, state func(model string) *modelState) (*routing, error) {
 	r := &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{}}
 	if pen != nil {
 		r.penalties = pen.Version
 	}
 	for name, m := range v.Models {
 		eps := make([]picker.Endpoint, 0, len(m.Endpoints))
-		var failover []string
+		var fo []failover
 		for _, e := range m.Endpoints {
 			r.engines[e.Address] = e.Engine
 			r.rtt[e.Address] = time.Duration(e.RTTMillis * float64(time.Millisecond))
@@ -45,7 +50,7 @@ func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, load
 				continue
 			}
 			if e.Priority > 0 {
-				failover = append(failover, e.Address)
+				fo = append(fo, failover{e.Address, e.Engine})
 				continue
 			}
 			eps = append(eps, picker.Endpoint{
@@ -59,7 +64,7 @@ func newRouting(v *xdsclient.View, pen *guard.Penalties, cfg picker.Config, load
 		if err != nil {
 			return nil, fmt.Errorf("model %s: %w", name, err)
 		}
-		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t, failover: failover}
+		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t, failover: fo, state: state(name)}
 	}
 	return r, nil
 }

@@ -1,0 +1,466 @@
+package decide
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/outcome"
+	"github.com/meridian-router/meridian/extproc/picker"
+	"github.com/meridian-router/meridian/policy"
+	"github.com/meridian-router/meridian/xdsapi"
+)
+
+// Config configures a Core. Build it from the sidecar's configuration; Validate names
+// fields by the sidecar's YAML paths.
+type Config struct {
+	Picker   picker.Config
+	Outliers guard.OutlierConfig
+	Retry    guard.RetryConfig
+	Shed     guard.ShedConfig
+	// Fallbacks is how many engines after the primary the destination list carries at most
+	// (Envoy retries down it), counting failover engines.
+	Fallbacks int
+	// Log receives the core's warnings; required.
+	Log *slog.Logger
+	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
+	// It runs on the outcome path and must not block.
+	OnEngineOutcome func(engine string, ok bool)
+}
+
+// Validate reports every unusable field.
+func (c Config) Validate() error {
+	var errs []error
+	for _, err := range []error{c.Picker.Validate(), c.Outliers.Validate(), c.Retry.Validate(), c.Shed.Validate()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Fallbacks < 0 {
+		errs = append(errs, fmt.Errorf("fallbacks is %d: want >= 0", c.Fallbacks))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("decide: a logger is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Core is the sidecar's decision logic without a transport: the ext_proc server and the
+// simulator both drive it. See the package doc for its state and how each piece is
+// synchronized.
+type Core struct {
+	cfg      Config
+	clock    guard.Clock
+	loads    *picker.Loads
+	outliers *guard.Outliers
+	retries  *guard.Retries
+	shedder  *guard.Shedder
+	tickets  *tickets
+
+	routing atomic.Pointer[routing]
+	// plannedUtil is the control server's utilization estimate for this node (float64 bits).
+	plannedUtil atomic.Uint64
+	// steeredSinceOutcome counts requests steered since an outcome last came, and
+	// lastOutcome (unix nanos) is when: together they tell a missing access log.
+	steeredSinceOutcome atomic.Int64
+	lastOutcome         atomic.Int64
+
+	rebuildMu sync.Mutex // serializes routing rebuilds (off the request path)
+	statesMu  sync.Mutex // guards states (off the request path: routing snapshots hold the pointers)
+	states    map[string]*modelState
+	window    atomic.Int64 // unix nanos at which the current report window began
+}
+
+// modelState is what the request path keeps per model across snapshots: arrival counters
+// for the load report and the model's shedder.
+type modelState struct {
+	requests    atomic.Int64
+	promptBytes atomic.Int64
+	shed        guard.ModelShedder
+}
+
+// New returns a core that routes nothing until the first Update.
+func New(cfg Config, clock guard.Clock) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		return nil, errors.New("decide: a clock is required (guard.SystemClock in production)")
+	}
+	c := &Core{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), states: map[string]*modelState{}}
+	var err error
+	if c.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
+		return nil, err
+	}
+	if c.retries, err = guard.NewRetries(cfg.Retry); err != nil {
+		return nil, err
+	}
+	if c.shedder, err = guard.NewShedder(cfg.Shed, clock); err != nil {
+		return nil, err
+	}
+	now := clock.Now().UnixNano()
+	c.window.Store(now)
+	c.lastOutcome.Store(now)
+	return c, nil
+}
+
+// state returns the model's long-lived state, creating it.
+func (c *Core) state(model string) *modelState {
+	c.statesMu.Lock()
+	defer c.statesMu.Unlock()
+	st := c.states[model]
+	if st == nil {
+		st = &modelState{shed: c.shedder.Model(model)}
+		c.states[model] = st
+	}
+	return st
+}
+
+// Update swaps in a routing snapshot built from the node's xDS view (the published
+// weights times the current penalties). A view that cannot be built is refused and the
+// current snapshot stays.
+func (c *Core) Update(v *xdsapi.View) error {
+	return c.rebuild(v, c.outliers.Penalties())
+}
+
+func (c *Core) rebuild(v *xdsapi.View, pen *guard.Penalties) error {
+	c.rebuildMu.Lock()
+	defer c.rebuildMu.Unlock()
+	r, err := newRouting(v, pen, c.cfg.Picker, c.loads, c.state)
+	if err != nil {
+		return err
+	}
+	c.routing.Store(r)
+	return nil
+}
+
+// Ready reports whether the core has a routing snapshot.
+func (c *Core) Ready() bool { return c.routing.Load() != nil }
+
+// RefreshPenalties re-evaluates outliers and rebuilds the snapshot when a factor changed;
+// it returns the engines now penalized (nil when nothing changed).
+func (c *Core) RefreshPenalties() ([]guard.EngineStatus, error) {
+	p := c.outliers.Evaluate()
+	r := c.routing.Load()
+	if r == nil || p.Version == r.penalties {
+		return nil, nil
+	}
+	if err := c.rebuild(r.view, p); err != nil {
+		return nil, fmt.Errorf("rebuild with new penalties: %w", err)
+	}
+	var out []guard.EngineStatus
+	for _, e := range p.Engines() {
+		if e.Factor < 1 {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Expire releases the tickets of requests started more than age ago whose outcome never
+// came, and returns how many it released.
+func (c *Core) Expire(age time.Duration) int {
+	return c.tickets.expire(c.clock.Now().Add(-age))
+}
+
+// OutcomeSilence reports how many requests were steered since an outcome last came, and
+// how long ago that was.
+func (c *Core) OutcomeSilence() (steered int64, since time.Duration) {
+	return c.steeredSinceOutcome.Load(), c.clock.Now().Sub(time.Unix(0, c.lastOutcome.Load()))
+}
+
+// Request is what the core needs of one parsed request.
+type Request struct {
+	Model string
+	// Key is the prefix key: requests that share it share a prompt prefix.
+	Key      uint64
+	Priority int
+	// PromptBytes is the canonical prompt's size, for the reported token rate.
+	PromptBytes int
+	// RequestID is the proxy's own request id (never the client's), the outcome's key of
+	// last resort. Optional.
+	RequestID string
+}
+
+// Verdict is what the core decided for a request.
+type Verdict uint8
+
+const (
+	// Steer: send it to Decision's engines, in order.
+	Steer Verdict = iota
+	// NoSnapshot: nothing to route on yet; let the proxy's own balancing take it.
+	NoSnapshot
+	// UnknownModel: no cluster serves the model (404).
+	UnknownModel
+	// NoEngine: the model has no engine this node may use (503).
+	NoEngine
+	// ShedQuota: shed by the control server's fraction for the model (503).
+	ShedQuota
+	// ShedLimit: shed because every candidate is at its local limit (503).
+	ShedLimit
+)
+
+var verdictNames = [...]string{Steer: "steered", NoSnapshot: "pass_through", UnknownModel: "unknown_model",
+	NoEngine: "no_engine", ShedQuota: "shed_quota", ShedLimit: "shed_limit"}
+
+// String is the verdict as the sidecar's metrics label it.
+func (v Verdict) String() string { return verdictNames[v] }
+
+// Shed reports whether the verdict sheds the request.
+func (v Verdict) Shed() bool { return v == ShedQuota || v == ShedLimit }
+
+// RetryOnUnsent are Envoy's retry conditions for requests no engine started on: with no
+// budget left, such a request may still move once, which adds no load to any engine.
+const RetryOnUnsent = "connect-failure,refused-stream"
+
+// Decision is the core's answer for one request.
+type Decision struct {
+	Verdict Verdict
+	// Model and Cluster name the model and its Envoy cluster (set from UnknownModel on).
+	Model, Cluster string
+	// Order lists the picked engines, best first, as indices of the model's table; it is
+	// backed by the buffer given to Route. Set for Steer.
+	Order []int
+	// Engine is the primary's name. Set for Steer.
+	Engine string
+	// Retries and RetryOn are x-envoy-max-retries and x-envoy-retry-on; Budget is what the
+	// retry budget granted (Retries is 1 with RetryOnUnsent when it granted nothing).
+	Retries uint32
+	RetryOn string
+	Budget  uint32
+	// Ticket identifies the request's in-flight count; the outcome brings it back. Empty
+	// when the request was not tracked (its outcome had already come).
+	Ticket string
+	// Spilled is set when the primary is not the key's first engine because of load.
+	Spilled bool
+	// Priority is the request's class, clamped to the configured classes.
+	Priority int
+	// RetryAfter is the wait a shed answer asks for.
+	RetryAfter time.Duration
+
+	route     *modelRoute
+	fallbacks int
+}
+
+// Route decides one request. buf backs Decision.Order (picker.MaxExamined is enough), so
+// a caller that passes a stack array routes without allocating for the order.
+func (c *Core) Route(req Request, buf []int) Decision {
+	rt := c.routing.Load()
+	if rt == nil {
+		return Decision{Verdict: NoSnapshot}
+	}
+	m, ok := rt.models[req.Model]
+	if !ok {
+		return Decision{Verdict: UnknownModel, Model: req.Model}
+	}
+	d := Decision{Model: m.name, Cluster: m.cluster, route: m, fallbacks: c.cfg.Fallbacks,
+		Priority: min(max(req.Priority, 0), c.cfg.Shed.Priorities-1)}
+	m.state.requests.Add(1)
+	m.state.promptBytes.Add(int64(req.PromptBytes))
+	if m.table.Len() == 0 {
+		d.Verdict, d.RetryAfter = NoEngine, c.cfg.Shed.RetryAfter
+		return d
+	}
+	res := m.table.Pick(req.Key, buf[:0])
+	atLimit := res.AtLimit || c.reserved(m.table, res.Order, d.Priority)
+	if sd := m.state.shed.Decide(d.Priority, atLimit); sd.Shed() {
+		d.Verdict, d.RetryAfter = ShedQuota, sd.RetryAfter
+		if sd.Reason == guard.ShedLimit {
+			d.Verdict = ShedLimit
+		}
+		return d
+	}
+	d.Order, d.Spilled = res.Order, res.Spilled
+	primary := res.Order[0]
+	ep := m.table.Endpoint(primary)
+	d.Engine = ep.Engine
+	grant := c.retries.Allow(c.utilization(m.table))
+	d.Budget, d.Retries, d.RetryOn = grant.Max, grant.Max, grant.RetryOn
+	if grant.Max == 0 {
+		d.Retries, d.RetryOn = 1, RetryOnUnsent
+	}
+	id := c.tickets.next()
+	if c.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name,
+		start: c.clock.Now(), requestID: req.RequestID}) {
+		d.Ticket = id
+	}
+	c.steeredSinceOutcome.Add(1)
+	return d
+}
+
+// AppendDestination appends the decision's endpoint list ("ip:port,ip:port"): the picked
+// engines, then failover engines, at most 1 + Fallbacks in all.
+func (d *Decision) AppendDestination(dst []byte) []byte {
+	m := d.route
+	dst = m.table.AppendAddrs(dst, d.Order)
+	for i := 0; i < len(m.failover) && len(d.Order)+i < 1+d.fallbacks; i++ {
+		dst = append(append(dst, ','), m.failover[i].address...)
+	}
+	return dst
+}
+
+// AppendEngines appends the names of the engines AppendDestination lists, in its order.
+func (d *Decision) AppendEngines(dst []string) []string {
+	m := d.route
+	for _, i := range d.Order {
+		dst = append(dst, m.table.Endpoint(i).Engine)
+	}
+	for i := 0; i < len(m.failover) && len(d.Order)+i < 1+d.fallbacks; i++ {
+		dst = append(dst, m.failover[i].engine)
+	}
+	return dst
+}
+
+// EndStream tells the core that a request's proxy stream closed while its request may
+// still run: its in-flight count is released, and its ticket waits for the outcome.
+func (c *Core) EndStream(ticket string) {
+	if ticket != "" {
+		c.tickets.end(ticket)
+	}
+}
+
+// reservedShare is the part of every capped engine's in-flight cap held back from the
+// lowest priority, shrinking linearly to nothing for the highest: as engines fill up,
+// low-priority requests meet their local limit first and the last slots stay for the
+// important ones.
+const reservedShare = 0.2
+
+// reserved reports whether every candidate is past the share of its cap that priority p
+// may use. Engines without a cap never are.
+func (c *Core) reserved(t *picker.Table, order []int, p int) bool {
+	top := c.cfg.Shed.Priorities - 1
+	if p >= top || len(order) == 0 {
+		return false
+	}
+	share := 1 - reservedShare*float64(top-p)/float64(top)
+	for _, i := range order {
+		limit, ok := t.Limit(i)
+		if !ok || float64(t.InFlight(i)) < share*float64(limit) {
+			return false
+		}
+	}
+	return true
+}
+
+// utilization is the larger of what the control server planned for this node and what the
+// core measures locally against hard in-flight caps (when every engine has one).
+func (c *Core) utilization(t *picker.Table) float64 {
+	u := math.Float64frombits(c.plannedUtil.Load())
+	if local, ok := t.Utilization(); ok && local > u {
+		u = local
+	}
+	return u
+}
+
+// Outcome ends the request's ticket and feeds the guards: it is called with every
+// completed request the proxy reports (Envoy's access log).
+func (c *Core) Outcome(rec outcome.Record) {
+	c.lastOutcome.Store(c.clock.Now().UnixNano())
+	c.steeredSinceOutcome.Store(0)
+	in, tracked := c.tickets.take(rec.Ticket)
+	if !tracked && rec.Ticket == "" && rec.RequestID != "" {
+		if in, tracked = c.tickets.takeRequest(rec.RequestID); !tracked {
+			c.tickets.finish(rec.RequestID)
+		}
+	}
+	if rec.Upstream == "" && !tracked {
+		return // answered by the sidecar itself (shed, bad request) or never routed
+	}
+	rt := c.routing.Load()
+	engine, rtt := "", time.Duration(0)
+	if rt != nil {
+		engine, rtt = rt.engines[rec.Upstream], rt.rtt[rec.Upstream]
+	}
+	ok := rec.Status > 0 && rec.Status < 500 && !rec.UpstreamFailure
+	if tracked && rec.Attempts > 1 && rec.Upstream != in.address {
+		// The primary failed and Envoy went down the list: that is the primary's error.
+		c.observe(in.engine, false, 0, 0)
+	}
+	if engine != "" {
+		var ttft, itl time.Duration
+		if ok {
+			// Engine time only: the round trip is the network's, not the engine's.
+			ttft = max(firstToken(rec)-rtt, time.Microsecond)
+			itl = decodePerChunk(rec)
+		}
+		c.observe(engine, ok, ttft, itl)
+	}
+	if rec.Attempts > 1 {
+		c.retries.Spent(rec.Attempts - 1)
+	}
+}
+
+// firstToken is the time to the first body byte, or to the response headers when Envoy did
+// not log the former.
+func firstToken(rec outcome.Record) time.Duration {
+	if rec.TTFT > 0 {
+		return rec.TTFT
+	}
+	return rec.TTFB
+}
+
+// SSEChunkBytes is about one streamed token's SSE event ("data: {...}\n\n"). Only ratios
+// between engines matter to the outlier check, so the constant need not be exact.
+const SSEChunkBytes = 150
+
+// decodePerChunk estimates inter-token latency from the decode time and the body size;
+// 0 when the body is too small to say.
+func decodePerChunk(rec outcome.Record) time.Duration {
+	if rec.Decode <= 0 || rec.BodyBytes < 4*SSEChunkBytes {
+		return 0
+	}
+	return time.Duration(float64(rec.Decode) * SSEChunkBytes / float64(rec.BodyBytes))
+}
+
+func (c *Core) observe(engine string, ok bool, ttft, itl time.Duration) {
+	c.outliers.Observe(guard.Outcome{Engine: engine, OK: ok, TTFT: ttft, ITL: itl})
+	if c.cfg.OnEngineOutcome != nil {
+		c.cfg.OnEngineOutcome(engine, ok)
+	}
+}
+
+// Penalties is the current outlier evaluation.
+func (c *Core) Penalties() *guard.Penalties { return c.outliers.Penalties() }
+
+// InFlight returns the requests in flight per engine name.
+func (c *Core) InFlight() map[string]int64 {
+	out := map[string]int64{}
+	if r := c.routing.Load(); r != nil {
+		for addr, engine := range r.engines {
+			out[engine] = c.loads.InFlight(addr)
+		}
+	}
+	return out
+}
+
+// Tracked is how many requests hold a ticket.
+func (c *Core) Tracked() int { return c.tickets.len() }
+
+// RetryCurve is the retry budget curve in force: the configured one until a policy brings
+// the control server's.
+func (c *Core) RetryCurve() policy.RetryCurve { return c.retries.Curve() }
+
+// InFlightTotal is the number of requests in flight from this core to all engines.
+func (c *Core) InFlightTotal() int64 { return c.loads.Total() }
+
+// Weights calls fn with every engine of the model's current table and its weight (the
+// published weight times the engine's penalty).
+func (c *Core) Weights(model string, fn func(engine string, weight float64)) {
+	r := c.routing.Load()
+	if r == nil {
+		return
+	}
+	m := r.models[model]
+	if m == nil {
+		return
+	}
+	for i := range m.table.Len() {
+		ep := m.table.Endpoint(i)
+		fn(ep.Engine, ep.Weight)
+	}
+}

@@ -1,0 +1,50 @@
+// Package decide is the sidecar's decision core, free of any transport: given a parsed
+// request (model, prefix key, priority, prompt size) and the node's current view, Route
+// returns a Decision (the ordered engines, the retry grant, a shed verdict with its reason,
+// an in-flight ticket). Outcome takes what the proxy reports of each finished request;
+// BuildReport and ApplyPolicy are the two halves of the exchange with the control server.
+// Time comes from an injected guard.Clock. The ext_proc server (extproc/server) translates
+// Envoy's messages into these calls, and the simulator (sim) drives the same core on
+// virtual time, so a simulated decision is the product's decision.
+//
+// # Model
+//
+// The routing snapshot is the node's EDS view with every weight multiplied by the local
+// outlier penalty, one extproc/picker table per model (weighted rendezvous hashing with
+// bounded loads). Failover engines (EDS priority 1: no share, may be retried) follow the
+// picked ones in the destination list. A request is shed when every candidate is at its
+// local cap (or past the share of it its priority may use: the top 20% of each cap is held
+// back from the lowest class, less for higher ones), or by the control server's shed
+// fraction for the model (guard.Shedder). The retry grant is the policy's utilization
+// curve, cut to the credits of a token bucket; with no budget, a request may still move
+// once if it never reached an engine (RetryOnUnsent), which adds no load anywhere.
+//
+// # State, writers and synchronization
+//
+// Route is the request path: it takes no lock shared by all requests.
+//
+//	state                         written by                     read by          synchronized by
+//	routing snapshot              Update, RefreshPenalties        Route, Outcome   atomic.Pointer; rebuilds serialized by rebuildMu (off the request path)
+//	per-engine in-flight counts   Route (start), Outcome/EndStream/Expire (done)  Route (bounded loads)  atomics in picker.Loads, padded per engine
+//	per-model arrival counters    Route                          BuildReport      atomic.Int64 (Swap at each report)
+//	per-model shed state          Route (Decide), ApplyPolicy    Route            the model's own mutex (guard.ModelShedder)
+//	retry credits and curve       Route (Allow), Outcome (Spent), ApplyPolicy    Route  CAS on a float64's bits; atomic.Pointer for the curve
+//	planned utilization           ApplyPolicy                    Route            atomic.Uint64 (float64 bits)
+//	in-flight tickets             Route (put), Outcome, EndStream, Expire         Outcome  16 shards by ticket sequence, each with its own mutex
+//	request-id index, finished    Route (put), Outcome           Outcome          16 shards by FNV-1a of the id, each with its own mutex
+//	outlier statistics            Outcome                        RefreshPenalties  guard.Outliers' mutex (outcome path only)
+//	outcome-silence counters      Route, Outcome                 OutcomeSilence   atomics
+//
+// The model-state registry (statesMu) is touched only when a snapshot is built and when a
+// report is cut; snapshots carry pointers to each model's state, so the request path never
+// looks it up.
+//
+// # Invariants
+//
+//   - Every ticket's in-flight count is released exactly once, by whichever of stream end,
+//     outcome and expiry comes first.
+//   - A view that cannot be built is refused; the current snapshot stays.
+//   - A policy part that fails validation is refused; the rest applies.
+//   - Draining and zero-weight endpoints are never listed: Envoy's override_host does not
+//     check health.
+package decide

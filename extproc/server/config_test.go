@@ -1,0 +1,77 @@
+package server
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every field of the sidecar's file is checked, and its error names the YAML path the
+// operator wrote, not a Go field.
+func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"request: {block_bytes: 8}", "request.block_bytes is 8"},
+		{"request: {max_blocks: 0}", "request.max_blocks is 0"},
+		{"request: {affinity_blocks: 65}", "request.affinity_blocks is 65"},
+		{"request: {body_limit_bytes: 100}", "request.body_limit_bytes is 100"},
+		{"request: {hold_timeout: 0s}", "request.hold_timeout is 0s"},
+		{"picker: {fallbacks: -1}", "picker.fallbacks is -1"},
+		{"picker: {bounded_load_epsilon: 0}", "picker.bounded_load_epsilon is 0"},
+		{"picker: {max_in_flight: -3}", "picker.max_in_flight is -3"},
+		{"outliers: {penalty_recover_half_life: 0s}", "outliers.penalty_recover_half_life is 0s"},
+		{"retry: {max_retries_idle: 11}", "retry.max_retries_idle is 11"},
+		{"retry: {zero_at: 1.5}", "retry.zero_at 1.5"},
+		{"retry: {generous_below: -0.1}", "retry.generous_below -0.1"},
+		{"retry: {retry_on: \"\"}", "retry.retry_on is empty"},
+		{"retry: {retry_on: \"5xx, reset\"}", "retry.retry_on \"5xx, reset\" has spaces"},
+		{"retry: {ratio: 2}", "retry.ratio is 2"},
+		{"shed: {priorities: 100}", "shed.priorities is 100"},
+		{"shed: {retry_after: 1500ms}", "shed.retry_after is 1.5s"},
+		{"priority: {default: 9}", "priority.default must be in [0, shed.priorities=4)"},
+		{"priority: {header: \"X Bad\"}", "priority.header \"X Bad\""},
+		{"priority: {api_keys: {nothex: 1}}", "priority.api_keys: key \"nothex\""},
+		{"report_interval: 0s", "report_interval is 0s"},
+		{"priorities: 4", "field priorities not found"}, // the flat schema of old is refused, not ignored
+	} {
+		path := filepath.Join(t.TempDir(), "sidecar.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(path, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: error %v, want one naming %s and %q", tc.yaml, err, path, tc.want)
+		}
+	}
+}
+
+// Every field of the file is applied: each value read back from the built config.
+func TestConfigFileIsApplied(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sidecar.yaml")
+	if err := os.WriteFile(path, []byte(`
+request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, body_limit_bytes: 65536, hold_timeout: 50ms}
+picker: {fallbacks: 3, bounded_load_epsilon: 0.5, max_in_flight: 7}
+outliers: {penalty_recover_half_life: 9s}
+retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
+shed: {priorities: 6, retry_after: 2s}
+priority: {default: 5, header: x-tier}
+report_interval: 3s
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{c.Request.BlockBytes, c.Request.MaxBlocks, c.AffinityBlocks, c.BodyLimitBytes, c.HoldTimeout.String(),
+		c.Picker.Fallbacks, c.Picker.Epsilon, c.Picker.MaxInFlight, c.Outliers.RecoverHalfLife.String(),
+		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
+		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String()}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/meridian-router/meridian/control/xds"
+	"github.com/meridian-router/meridian/extproc/request"
+	"github.com/meridian-router/meridian/extproc/server"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+	"github.com/meridian-router/meridian/xdsapi"
+)
+
+// One request sequence goes through the real ext_proc server (over loopback gRPC, as Envoy
+// sends it) and through the simulator's meridian adapter, each holding the same node view:
+// every decision, the ordered endpoint list and the retry grant, is the same, before and
+// after the same shed policy arrives. The requests stay in flight, so bounded loads spill
+// some of them, on both sides alike.
+func TestSidecarAndSimulatorDecideAlike(t *testing.T) {
+	cfg := &Config{Regions: DefaultRegions, EnginesPerRegion: 3, RTT: DefaultRTT()}
+	w := &Workload{ColdService: 2}
+	m, err := newMeridian(fleetShape{clusters: 3, engines: 9}, cfg, w, defaultTuning(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := m.sidecars[0][0].node
+
+	// The ext_proc server gets the view the simulator's sidecars of that node hold.
+	plan, err := xds.BuildPlan(m.fleet, xds.SolvedWeights(m.fleet, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view := &xdsapi.View{Version: "1", Models: map[string]xdsapi.ModelView{}}
+	for model, eps := range plan.Assignments[node] {
+		view.Models[model] = xdsapi.ModelView{Name: model, Cluster: xdsapi.ClusterName(model), Endpoints: eps}
+	}
+	srv, err := server.NewWithClock(sidecarConfig(), &virtualClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Update(view)
+	proc := serveExtProc(t, srv)
+
+	addrs := map[int]string{}
+	for e, eng := range m.fleet.Engines {
+		addrs[e] = eng.Address
+	}
+	policy := &meridianv1.Policy{Version: "p", Shed: []*meridianv1.ModelShed{{Model: meridianModel, Fraction: 0.4}},
+		RetryBudget: &meridianv1.RetryBudget{MaxRetriesIdle: 1, GenerousBelow: 0.2, ZeroAt: 0.6, RetryOn: "5xx"}, Utilization: 0.3}
+	opts := sidecarConfig().Request
+	spread, steered, shed := map[string]bool{}, 0, 0
+	for i := range 120 {
+		if i == 80 {
+			srv.ApplyPolicy(policy)
+			if err := m.sidecars[0][0].core.ApplyPolicy(policy); err != nil {
+				t.Fatal(err)
+			}
+		}
+		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"%s"},{"role":"user","content":"question %d"}]}`,
+			meridianModel, strings.Repeat(fmt.Sprintf("tenant %d shares this system prompt. ", i%7), 200), i)
+		var req request.Request
+		if err := request.Parse(request.ChatCompletions, []byte(body), true, opts, &req); err != nil {
+			t.Fatal(err)
+		}
+		key := req.Blocks[min(len(req.Blocks), sidecarConfig().AffinityBlocks)-1]
+
+		dest, retries, status := proc(t, body)
+		r := m.Route(0, &Request{ID: i, Cluster: 0, Key: key, InputTokens: req.PromptBytes / 4})
+		var simDest []string
+		for _, e := range r.Engines {
+			simDest = append(simDest, addrs[e])
+		}
+		if status != 0 {
+			shed++
+			if len(r.Engines) != 0 {
+				t.Fatalf("request %d: the sidecar answered %d, the simulator routed to %v", i, status, simDest)
+			}
+			continue
+		}
+		steered++
+		if got := strings.Join(simDest, ","); got != dest {
+			t.Fatalf("request %d: sidecar %q, simulator %q", i, dest, got)
+		}
+		if retries != fmt.Sprint(r.Retries) {
+			t.Fatalf("request %d: sidecar grants %s retries, simulator %d", i, retries, r.Retries)
+		}
+		spread[simDest[0]] = true
+	}
+	if shed == 0 || steered < 80 || len(spread) < 3 {
+		t.Fatalf("the sequence did not exercise the core: %d steered to %d primaries, %d shed", steered, len(spread), shed)
+	}
+	t.Logf("%d decisions alike: %d steered over %d primaries, %d shed", steered+shed, steered, len(spread), shed)
+}
+
+// serveExtProc serves srv on loopback and returns a function that sends one buffered
+// request through it, returning the destination header, x-envoy-max-retries, and the
+// status of an immediate response (0 when steered). Streams stay open until the test
+// ends, so each request stays in flight as Envoy would keep it.
+func serveExtProc(t *testing.T, srv *server.Server) func(*testing.T, string) (string, string, int) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(g, srv)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	client := extprocv3.NewExternalProcessorClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return func(t *testing.T, body string) (string, string, int) {
+		st, err := client.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{
+				Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/chat/completions")}}}}}},
+			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+		}
+		var last *extprocv3.ProcessingResponse
+		for _, msg := range msgs {
+			if err := st.Send(msg); err != nil {
+				t.Fatal(err)
+			}
+			if last, err = st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ir := last.GetImmediateResponse(); ir != nil {
+			return "", "", int(ir.GetStatus().GetCode())
+		}
+		var dest, retries string
+		for _, h := range last.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			switch h.GetHeader().GetKey() {
+			case xdsapi.HeaderDestination:
+				dest = string(h.GetHeader().GetRawValue())
+			case "x-envoy-max-retries":
+				retries = string(h.GetHeader().GetRawValue())
+			}
+		}
+		return dest, retries, 0
+	}
+}
