@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,46 +52,76 @@ func benchServer(tb testing.TB, engines int) *Server {
 	return s
 }
 
-// BenchmarkProcess is the sidecar's whole handling of one request: the headers message,
-// the body message (parse an 8 KB chat body, hash the prefix, pick, build the answer),
-// and the outcome from Envoy's access log that ends the request's ticket. The body comes
-// streamed with the headers held, as the bootstrap configures Envoy.
+// benchRequest is one request's messages: the headers (the body streamed behind them, as
+// the bootstrap configures Envoy) and an 8 KB chat body.
+func benchRequest(b *testing.B) (hdrs, body *extprocv3.ProcessingRequest) {
+	chat := chat8K(b)
+	b.SetBytes(int64(len(chat)))
+	hdrs = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":path", RawValue: []byte("/v1/chat/completions")}, {Key: ":method", RawValue: []byte("POST")},
+			{Key: "content-type", RawValue: []byte("application/json")},
+		}}}},
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocv3filter.ProcessingMode_STREAMED, SendBodyWithoutWaitingForHeaderResponse: true}}
+	body = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: chat, EndOfStream: true}}}
+	return hdrs, body
+}
+
+// processOne is the sidecar's whole handling of one request: the headers message, the body
+// message (parse, hash the prefix, pick, build the answer), and the outcome from Envoy's
+// access log that ends the request's ticket.
+func processOne(b *testing.B, s *Server, st *streamState, hdrs, body *extprocv3.ProcessingRequest) {
+	ctx := context.Background()
+	*st = streamState{}
+	s.handle(ctx, st, hdrs)
+	s.handle(ctx, st, body)
+	if len(st.out) != 2 {
+		b.Fatalf("%d answers, want the headers' and the body's", len(st.out))
+	}
+	var first []byte
+	for _, h := range st.out[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == xdsapi.HeaderDestination {
+			first = h.GetHeader().GetRawValue()
+		}
+	}
+	if i := bytes.IndexByte(first, ','); i >= 0 {
+		first = first[:i]
+	}
+	s.OnOutcome(outcome.Record{Ticket: st.ticket, Upstream: string(first), Status: 200, Attempts: 1})
+}
+
+// BenchmarkProcess is one request at a time (processOne).
 func BenchmarkProcess(b *testing.B) {
 	for _, n := range []int{16, 256} {
 		b.Run(fmt.Sprintf("engines=%d", n), func(b *testing.B) {
 			s := benchServer(b, n)
-			body := chat8K(b)
-			ctx := context.Background()
-			hdrs := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-				Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-					{Key: ":path", RawValue: []byte("/v1/chat/completions")}, {Key: ":method", RawValue: []byte("POST")},
-					{Key: "content-type", RawValue: []byte("application/json")},
-				}}}},
-				ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocv3filter.ProcessingMode_STREAMED, SendBodyWithoutWaitingForHeaderResponse: true}}
-			bodyReq := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-				RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}}
-			b.SetBytes(int64(len(body)))
+			hdrs, body := benchRequest(b)
 			b.ReportAllocs()
 			b.ResetTimer()
+			var st streamState
 			for i := 0; i < b.N; i++ {
-				var st streamState
-				s.handle(ctx, &st, hdrs)
-				s.handle(ctx, &st, bodyReq)
-				if len(st.out) != 2 {
-					b.Fatalf("%d answers, want the headers' and the body's", len(st.out))
-				}
-				var ticket, dest string
-				for _, h := range st.out[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
-					switch h.GetHeader().GetKey() {
-					case outcome.HeaderTicket:
-						ticket = string(h.GetHeader().GetRawValue())
-					case xdsapi.HeaderDestination:
-						dest = string(h.GetHeader().GetRawValue())
-					}
-				}
-				first, _, _ := strings.Cut(dest, ",")
-				s.OnOutcome(outcome.Record{Ticket: ticket, Upstream: first, Status: 200, Attempts: 1})
+				processOne(b, s, &st, hdrs, body)
 			}
+		})
+	}
+}
+
+// BenchmarkProcessParallel is processOne from GOMAXPROCS goroutines at once, as Envoy's
+// concurrent streams arrive: it shows the request path's contention.
+func BenchmarkProcessParallel(b *testing.B) {
+	for _, n := range []int{16, 256} {
+		b.Run(fmt.Sprintf("engines=%d", n), func(b *testing.B) {
+			s := benchServer(b, n)
+			hdrs, body := benchRequest(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var st streamState
+				for pb.Next() {
+					processOne(b, s, &st, hdrs, body)
+				}
+			})
 		})
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/extproc/guard"
@@ -270,7 +269,7 @@ func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.Pro
 			return
 		}
 		if st.kind == 0 {
-			st.out = append(st.out, continueBody())
+			st.out = append(st.out, continueBody)
 			return
 		}
 		// BUFFERED or BUFFERED_PARTIAL: this one message is all of the body Envoy sends.
@@ -294,7 +293,7 @@ func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.Pro
 // is answered, in order, after the headers.
 func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.HttpBody) {
 	if st.decided {
-		st.out = append(st.out, continueBody())
+		st.out = append(st.out, continueBody)
 		return
 	}
 	st.pending++
@@ -379,37 +378,42 @@ func (s *Server) decide(ctx context.Context, st *streamState, body []byte, eos b
 	d := s.route(ctx, st, body, eos)
 	s.metrics.latency.Record(ctx, time.Since(start).Seconds())
 	st.first, st.body = nil, nil
+	st.out = append(st.out, d.headersResponse())
 	if d.immediate != nil {
-		st.out = append(st.out, d.immediate)
 		return
 	}
-	st.out = append(st.out, &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: d.common},
-		},
-		DynamicMetadata: d.metadata,
-	})
 	for ; st.pending > 0; st.pending-- {
-		st.out = append(st.out, continueBody())
+		st.out = append(st.out, continueBody)
 	}
 }
 
-// decision is the outcome of routing one request.
+// decision is the outcome of routing one request: an immediate answer, a steered one, or
+// neither (pass the request through to Envoy's own balancing).
 type decision struct {
 	immediate *extprocv3.ProcessingResponse // answer the client now (an error or a shed)
-	common    *extprocv3.CommonResponse     // steering header mutations; nil passes through
-	metadata  *structpb.Struct
+	steered   *answer
 }
 
 // bodyResponse is d as the answer to a buffered body message.
 func (d decision) bodyResponse() *extprocv3.ProcessingResponse {
-	if d.immediate != nil {
+	switch {
+	case d.immediate != nil:
 		return d.immediate
+	case d.steered != nil:
+		return d.steered.bodyResponse()
 	}
-	return &extprocv3.ProcessingResponse{
-		Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: d.common}},
-		DynamicMetadata: d.metadata,
+	return continueBody
+}
+
+// headersResponse is d as the answer to held request headers.
+func (d decision) headersResponse() *extprocv3.ProcessingResponse {
+	switch {
+	case d.immediate != nil:
+		return d.immediate
+	case d.steered != nil:
+		return d.steered.headersResponse()
 	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
 }
 
 // readHeaders takes the path, the priority and the trace context from the request headers.
@@ -492,63 +496,34 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 	return s.steer(ctx, st, &d)
 }
 
-// steerHeaders is the most headers steer sets.
-const steerHeaders = 7
-
 // steer encodes a Steer decision: the endpoint list as the endpoint-picker header and
 // envoy.lb metadata, the model's cluster, the prefix key for the fallback's hash, the
-// ticket, the retry grant and the trace context. The header values share one allocation,
-// and so do the header options.
+// ticket, the retry grant and the trace context, all in one answer allocation.
 func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision) decision {
-	var destBuf [256]byte
-	dest := string(d.AppendDestination(destBuf[:0]))
-	opts := make([]corev3.HeaderValueOption, 0, steerHeaders)
-	vals := make([]corev3.HeaderValue, 0, steerHeaders)
-	raw := make([]byte, 0, 128)
-	add := func(k, v string) {
-		start := len(raw)
-		raw = append(raw, v...)
-		vals = append(vals, corev3.HeaderValue{Key: k, RawValue: raw[start:len(raw):len(raw)]})
-		opts = append(opts, corev3.HeaderValueOption{Header: &vals[len(vals)-1], AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD})
-	}
-	add(xdsapi.HeaderDestination, dest)
-	add(xdsapi.HeaderCluster, d.Cluster)
+	a := newAnswer()
+	start := len(a.raw)
+	a.raw = d.AppendDestination(a.raw)
+	a.setHeaderRaw(xdsapi.HeaderDestination, start)
+	dest := string(a.vals[0].RawValue)
+	a.setString(xdsapi.HeaderCluster, d.Cluster)
 	var num [20]byte
-	add(xdsapi.HeaderPrefixHash, string(strconv.AppendUint(num[:0], s.key(&st.req), 16)))
+	a.setHeader(xdsapi.HeaderPrefixHash, strconv.AppendUint(num[:0], s.key(&st.req), 16))
 	if d.Ticket != "" {
-		add(outcome.HeaderTicket, d.Ticket)
+		a.setString(outcome.HeaderTicket, d.Ticket)
 	}
-	add("x-envoy-max-retries", string(strconv.AppendUint(num[:0], uint64(d.Retries), 10)))
-	add("x-envoy-retry-on", d.RetryOn)
-	if tp, ok := childTraceparent(st.traceparent); ok {
-		add("traceparent", tp)
-	}
-	set := make([]*corev3.HeaderValueOption, len(opts))
-	for i := range opts {
-		set[i] = &opts[i]
-	}
+	a.setHeader("x-envoy-max-retries", strconv.AppendUint(num[:0], uint64(d.Retries), 10))
+	a.setString("x-envoy-retry-on", d.RetryOn)
+	start = len(a.raw)
+	a.raw = appendChildTraceparent(a.raw, st.traceparent)
+	a.setHeaderRaw("traceparent", start)
+	a.finish(dest)
 	s.metrics.decision(ctx, d.Model, resultSteered)
 	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", d.Engine))
 	s.metrics.retries.Record(ctx, int64(d.Budget)) // the budget; unsent-only retries are not counted
 	if d.Spilled {
 		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", d.Model))
 	}
-	return decision{
-		common: &extprocv3.CommonResponse{
-			HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
-			ClearRouteCache: true,
-		},
-		metadata: lbMetadata(dest),
-	}
-}
-
-// lbMetadata is the endpoint list under envoy.lb, where override_host also reads it.
-func lbMetadata(dest string) *structpb.Struct {
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		xdsapi.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			xdsapi.HeaderDestination: structpb.NewStringValue(dest),
-		}}),
-	}}
+	return decision{steered: a}
 }
 
 // key is the routing key: the chained hash at the affinity depth.
@@ -572,9 +547,9 @@ func (s *Server) penaltyFactors() map[string]float64 {
 
 func (s *Server) inFlight() map[string]int64 { return s.core.InFlight() }
 
-func continueBody() *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
-}
+// continueBody passes a body chunk on unchanged. It is never modified, so every stream
+// sends the same message (protobuf's marshaling only reads it, and caches sizes atomically).
+var continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
 
 func setHeader(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{

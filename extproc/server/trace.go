@@ -5,11 +5,11 @@ import (
 	"math/rand/v2"
 )
 
-// childTraceparent continues the W3C trace context (https://www.w3.org/TR/trace-context/)
+// appendChildTraceparent appends the continuation of the W3C trace context (https://www.w3.org/TR/trace-context/)
 // of a request: the engine sees the same trace id with a new parent span id, the sidecar's
 // routing step. A request without a valid traceparent starts a new, unsampled trace, so
 // engine logs can still be correlated.
-func childTraceparent(parent string) (string, bool) {
+func appendChildTraceparent(dst []byte, parent string) []byte {
 	var out [55]byte // "00-" trace(32) "-" span(16) "-" flags(2)
 	copy(out[:3], "00-")
 	if validTraceparent(parent) {
@@ -26,7 +26,7 @@ func childTraceparent(parent string) (string, bool) {
 	var span [8]byte
 	putUint64(span[:], rand.Uint64()|1)
 	hex.Encode(out[36:52], span[:])
-	return string(out[:]), true
+	return append(dst, out[:]...)
 }
 
 func putUint64(b []byte, v uint64) {
