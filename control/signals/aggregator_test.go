@@ -233,3 +233,41 @@ func TestFailingEngineIsRetriedAfterItsErrorsFade(t *testing.T) {
 		t.Fatalf("three half-lives after its last error, with fresh scrapes: %v (error rate %.2f), want it tried again", st.State, st.ErrorRate)
 	}
 }
+
+// Engines of one class (same models, capacity and default curve) plan with one curve, fitted
+// to all their points: an engine that has served little is not left on the default while a
+// peer is modelled as fast from its own few points. An engine whose own fit is more than
+// twice as slow as its class's is modelled apart.
+func TestClassSharesOneCurve(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	specs := []EngineSpec{spec, spec, spec, spec}
+	for i := range specs {
+		specs[i].Name = []string{"fast", "idle", "other", "slow"}[i]
+	}
+	ttft := map[string]float64{"fast": 0.05, "other": 0.06, "slow": 0.6}
+	count := map[string]float64{}
+	sum := map[string]float64{}
+	for range 40 {
+		for name, l := range ttft {
+			count[name] += 10
+			sum[name] += 10 * l
+			a.ObserveScrape(name, Sample{TTFT: Histogram{Count: count[name], Sum: sum[name], Bounds: []float64{1}, Cumulative: []float64{count[name]}}})
+		}
+		a.ObserveScrape("idle", Sample{})
+		clk.advance(2 * time.Second)
+	}
+	snap := a.Snapshot(specs)
+	fast, idle, other, slow := snap.Engines["fast"], snap.Engines["idle"], snap.Engines["other"], snap.Engines["slow"]
+	if !fast.OwnFitted || !fast.Fitted || !idle.Fitted || idle.OwnFitted {
+		t.Fatalf("fitted: fast own %v class %v, idle own %v class %v", fast.OwnFitted, fast.Fitted, idle.OwnFitted, idle.Fitted)
+	}
+	if fast.Curve != idle.Curve || fast.Curve != other.Curve {
+		t.Fatalf("one class, curves differ: fast %+v, idle %+v, other %+v", fast.Curve, idle.Curve, other.Curve)
+	}
+	if fast.Curve == fast.OwnCurve {
+		t.Fatalf("the fast engine plans with its own fit %+v, not its class's", fast.OwnCurve)
+	}
+	if slow.Curve != slow.OwnCurve || slow.Curve.Latency(25, 50) < 2*fast.Curve.Latency(25, 50) {
+		t.Fatalf("the slow engine (own %+v) plans with %+v; its class's is %+v", slow.OwnCurve, slow.Curve, fast.Curve)
+	}
+}

@@ -59,11 +59,21 @@ type EngineState struct {
 	// Penalty is the smoothed local penalty sidecars apply, in (0, 1]; 1
 	// without reports. Plan with Capacity × Penalty.
 	Penalty float64 `json:"penalty"`
-	// Curve is the fitted latency curve, or the spec's default when Fitted
-	// is false; FitWeight is the recency-weighted number of points behind it.
+	// Curve is the latency curve the optimizer plans with: the one fitted to the
+	// points of every engine of the same class (same models, capacity and default
+	// curve), or the spec's default when Fitted is false; FitWeight is the
+	// recency-weighted number of points behind it. Engines of a class are the same
+	// hardware serving the same models: fitting them apart would model one of them as
+	// fast from a few lucky points, the plan would pile traffic on it, and it would
+	// then look slow (the feedback loop that makes weights oscillate). An engine that
+	// really is slower is caught by the sidecars' outlier penalties, which scale its
+	// planned capacity (Penalty).
 	Curve     solver.Curve `json:"curve"`
 	Fitted    bool         `json:"fitted"`
 	FitWeight float64      `json:"fit_weight"`
+	// OwnCurve is the curve fitted to this engine's points alone (for introspection).
+	OwnCurve  solver.Curve `json:"own_curve"`
+	OwnFitted bool         `json:"own_fitted"`
 
 	ArrivalRate   float64 `json:"arrival_rps"`
 	Running       float64 `json:"running"`
@@ -106,10 +116,73 @@ func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
 	now := a.now()
 	snap := Snapshot{At: now, Demand: map[string]map[string]float64{}, Engines: make(map[string]EngineState, len(specs))}
 	a.demand(now, &snap)
-	for _, spec := range specs {
-		snap.Engines[spec.Name] = a.engineState(a.engine(spec.Name, now), spec, now)
+	byClass := map[string][]int{}
+	states := make([]*engineState, len(specs))
+	for i, spec := range specs {
+		states[i] = a.engine(spec.Name, now)
+		snap.Engines[spec.Name] = a.engineState(states[i], spec, now)
+		k := classKey(spec)
+		byClass[k] = append(byClass[k], i)
+	}
+	for _, members := range byClass {
+		// Fit the class, then again without the members its fit shows to be much slower,
+		// so one bad host neither hides in nor skews its class's curve.
+		fit := func(skip map[int]bool) (solver.Curve, float64, bool) {
+			pooled := &fitter{}
+			for _, i := range members {
+				if !skip[i] {
+					pooled.pts = append(pooled.pts, states[i].fit.pts...)
+				}
+			}
+			first := specs[members[0]]
+			return pooled.fit(first.Capacity, now, a.cfg.Fit, first.Curve)
+		}
+		// A member is apart when its own fit is much slower than the median member's.
+		var own []float64
+		for _, i := range members {
+			if es := snap.Engines[specs[i].Name]; es.OwnFitted {
+				own = append(own, es.OwnCurve.Latency(specs[i].Capacity/2, specs[i].Capacity))
+			}
+		}
+		apartOnes := map[int]bool{}
+		if len(own) >= 2 {
+			slices.Sort(own)
+			med := own[len(own)/2]
+			if len(own)%2 == 0 {
+				med = (own[len(own)/2-1] + own[len(own)/2]) / 2
+			}
+			for _, i := range members {
+				es := snap.Engines[specs[i].Name]
+				if es.OwnFitted && es.OwnCurve.Latency(specs[i].Capacity/2, specs[i].Capacity) > apartRatio*med {
+					apartOnes[i] = true
+				}
+			}
+		}
+		curve, weight, fitted := fit(apartOnes)
+		for _, i := range members {
+			es := snap.Engines[specs[i].Name]
+			es.Curve, es.FitWeight, es.Fitted = curve, weight, fitted
+			if apartOnes[i] {
+				es.Curve = es.OwnCurve
+			}
+			snap.Engines[specs[i].Name] = es
+		}
 	}
 	return snap
+}
+
+// apartRatio is how much slower than its class's median member, at half load, an engine's
+// own fit must say it is before the plan models it apart: well past the noise a class's members show
+// when a burst queues on one of them, so only an engine that really is slower (a bad
+// host, a throttled GPU) loses its class's curve.
+const apartRatio = 2
+
+// classKey groups engines that share a latency curve: same models, capacity and default
+// curve.
+func classKey(spec EngineSpec) string {
+	models := slices.Clone(spec.Models)
+	slices.Sort(models)
+	return fmt.Sprintf("%v|%g|%g|%g", models, spec.Capacity, spec.Curve.Base, spec.Curve.Queue)
 }
 
 func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
@@ -170,7 +243,7 @@ func (a *Aggregator) engineState(st *engineState, spec EngineSpec, now time.Time
 		es.State = Suspect
 	}
 	es.Suspect = es.State == Suspect || es.State == Failing
-	es.Curve, es.FitWeight, es.Fitted = st.fit.fit(spec.Capacity, now, a.cfg.Fit, spec.Curve)
+	es.OwnCurve, _, es.OwnFitted = st.fit.fit(spec.Capacity, now, a.cfg.Fit, spec.Curve)
 	return es
 }
 

@@ -65,8 +65,16 @@ type OutlierConfig struct {
 	MADFactor float64
 	// MinErrorRateExcess is the least an error rate must exceed the peers' median by.
 	MinErrorRateExcess float64
-	// MinLatencyRatio is the least multiple of the peers' median a latency must reach.
+	// MinLatencyRatio is the least multiple of the peers' median inter-token latency an
+	// engine's must reach.
 	MinLatencyRatio float64
+	// MinTTFTRatio is the same for the median time to first token. It is larger: TTFT
+	// includes queueing, and under bursty arrivals one engine's queue runs ahead of its
+	// peers' for seconds at a time; a penalty for that would move traffic back and forth
+	// (in the simulator, on the Azure conversation trace, 1.5 made the weights churn
+	// 1.1 shares a minute where 3 leaves 0.2). A broken engine (several times slower) is
+	// still caught.
+	MinTTFTRatio float64
 	// MinLatencyExcess is the least a latency must exceed the peers' median by: with
 	// identical engines the spread is near zero and the ratio alone would let one stalled
 	// stream on a busy host flag a healthy engine whose latencies are milliseconds.
@@ -92,6 +100,7 @@ func DefaultOutlierConfig() OutlierConfig {
 		MADFactor:          3,
 		MinErrorRateExcess: 0.05,
 		MinLatencyRatio:    1.5,
+		MinTTFTRatio:       3,
 		MinLatencyExcess:   20 * time.Millisecond,
 		DropHalfLife:       time.Second,
 		RecoverHalfLife:    20 * time.Second,
@@ -131,6 +140,9 @@ func (c OutlierConfig) Validate() error {
 	}
 	if !(c.MinLatencyRatio > 1) || math.IsInf(c.MinLatencyRatio, 0) {
 		bad("minLatencyRatio", c.MinLatencyRatio, "a finite value > 1")
+	}
+	if !(c.MinTTFTRatio > 1) || math.IsInf(c.MinTTFTRatio, 0) {
+		bad("minTTFTRatio", c.MinTTFTRatio, "a finite value > 1")
 	}
 	if !(c.MinFactor > 0 && c.MinFactor <= 1) {
 		bad("minFactor", c.MinFactor, "in (0, 1]")
@@ -319,15 +331,17 @@ func (o *Outliers) signals() []signal {
 	errFloor := func(med float64, s *engineStats) float64 {
 		return max(o.cfg.MinErrorRateExcess, 3*math.Sqrt(med*(1-med)/s.requests))
 	}
-	ratio := func(med float64, _ *engineStats) float64 {
-		return max((o.cfg.MinLatencyRatio-1)*med, o.cfg.MinLatencyExcess.Seconds())
+	ratio := func(r float64) func(med float64, _ *engineStats) float64 {
+		return func(med float64, _ *engineStats) float64 {
+			return max((r-1)*med, o.cfg.MinLatencyExcess.Seconds())
+		}
 	}
 	return []signal{
 		{ReasonErrors, func(s *engineStats) float64 { return s.requests }, (*engineStats).errorRate, errFloor},
 		{ReasonTTFT, func(s *engineStats) float64 { return s.ttftN },
-			func(s *engineStats) float64 { return s.ttftQuantile(0.5).Seconds() }, ratio},
+			func(s *engineStats) float64 { return s.ttftQuantile(0.5).Seconds() }, ratio(o.cfg.MinTTFTRatio)},
 		{ReasonITL, func(s *engineStats) float64 { return s.itlN },
-			func(s *engineStats) float64 { return s.itlMean().Seconds() }, ratio},
+			func(s *engineStats) float64 { return s.itlMean().Seconds() }, ratio(o.cfg.MinLatencyRatio)},
 	}
 }
 

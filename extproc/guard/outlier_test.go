@@ -152,9 +152,14 @@ func TestNoPenaltyWithoutAClearOutlier(t *testing.T) {
 			f[1].errRate = 0.9
 			return f
 		}, 50},
+		{"ttft-twice-the-peers", func() []engineSim { // a queue running ahead in a burst
+			f := healthyFleet(5)
+			f[0].ttft *= 2 // below MinTTFTRatio
+			return f
+		}, 50},
 		{"small-spread", func() []engineSim {
 			f := healthyFleet(5)
-			f[0].ttft = f[0].ttft * 13 / 10 // 30% slower: below MinLatencyRatio
+			f[0].ttft = f[0].ttft * 13 / 10 // 30% slower: below MinTTFTRatio
 			f[1].errRate = 0.04             // +3 points: below MinErrorRateExcess
 			return f
 		}, 50},
@@ -256,6 +261,7 @@ func TestOutlierConfigValidate(t *testing.T) {
 		{"madFactor", func(c *OutlierConfig) { c.MADFactor = math.NaN() }},
 		{"minErrorRateExcess", func(c *OutlierConfig) { c.MinErrorRateExcess = 0 }},
 		{"minLatencyRatio", func(c *OutlierConfig) { c.MinLatencyRatio = 1 }},
+		{"minTTFTRatio", func(c *OutlierConfig) { c.MinTTFTRatio = 1 }},
 		{"minFactor", func(c *OutlierConfig) { c.MinFactor = 0 }},
 		{"quantum", func(c *OutlierConfig) { c.Quantum = 0.6 }},
 	} {
