@@ -57,7 +57,7 @@ demo:
 
 # The simulator on the Mooncake trace at 0.8 load, every scenario and policy; writes
 # docs/results/ (report.md, results.json, plots).
-SIM_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
+SIM_TRACE ?= traces/mooncake_synthetic_trace.jsonl
 sim:
 	$(GO) run ./sim/cmd/meridian-sim --trace $(SIM_TRACE) --load 0.8 --scenario all --out docs/results
 

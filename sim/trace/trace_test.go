@@ -2,7 +2,9 @@ package trace
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,10 +13,9 @@ import (
 	"time"
 )
 
-// sharedTrace returns the path of a file in ../shared/traces next to the
-// repository root, found by walking up from the test's working directory to
-// go.mod. A missing file fails the test under CI and skips it elsewhere.
-func sharedTrace(t testing.TB, name string) string {
+// repoRoot returns the repository root, found by walking up from the test's
+// working directory to go.mod.
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -22,7 +23,7 @@ func sharedTrace(t testing.TB, name string) string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -30,23 +31,54 @@ func sharedTrace(t testing.TB, name string) string {
 		}
 		dir = parent
 	}
-	path := filepath.Join(dir, "..", "shared", "traces", name)
+}
+
+// repoTrace returns the path of a trace in the repository's traces/ folder.
+// The traces are committed, so a missing one fails the test.
+func repoTrace(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(repoRoot(t), "traces", name)
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("shared trace missing under CI: %v", err)
-		}
-		t.Skipf("shared trace not present: %v", err)
+		t.Fatalf("trace missing from the repository: %v", err)
 	}
 	return path
 }
 
-func TestReadSharedMooncake(t *testing.T) {
-	reqs, err := ReadFile(sharedTrace(t, "mooncake_synthetic_trace.jsonl"), FormatAuto)
+// TestTracesMatchSHA256SUMS checks every file listed in traces/SHA256SUMS
+// against its recorded digest, so an edited or truncated trace fails CI.
+func TestTracesMatchSHA256SUMS(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "traces")
+	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		want, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS line %q is not \"<digest>  <file>\"", line)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(data)); got != want {
+			t.Errorf("%s: sha256 %s, SHA256SUMS records %s", name, got, want)
+		}
+		n++
+	}
+	if n != 2 {
+		t.Errorf("SHA256SUMS lists %d files, want the 2 traces", n)
+	}
+}
+
+func TestReadMooncakeTrace(t *testing.T) {
+	reqs, err := ReadFile(repoTrace(t, "mooncake_synthetic_trace.jsonl"), FormatAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := Summarize(reqs)
-	// Figures from /work/shared/traces/README.md.
+	// Figures from traces/README.md.
 	if got := int(s.HitRateUpperBound*10000 + 0.5); got != 6396 {
 		t.Errorf("hit rate upper bound = %.4f, want 0.6396", s.HitRateUpperBound)
 	}
@@ -74,8 +106,8 @@ func TestReadSharedMooncake(t *testing.T) {
 	}
 }
 
-func TestReadSharedAzure(t *testing.T) {
-	path := sharedTrace(t, "AzureLLMInferenceTrace_conv.csv")
+func TestReadAzureTrace(t *testing.T) {
+	path := repoTrace(t, "AzureLLMInferenceTrace_conv.csv")
 	fh, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +347,7 @@ func BenchmarkRead(b *testing.B) {
 }
 
 func benchTrace(b *testing.B, name string) []byte {
-	data, err := os.ReadFile(sharedTrace(b, name))
+	data, err := os.ReadFile(repoTrace(b, name))
 	if err != nil {
 		b.Fatal(err)
 	}
