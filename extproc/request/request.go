@@ -175,11 +175,6 @@ func (h *hasher) write(b []byte) {
 	}
 }
 
-func (h *hasher) writeString(s string) {
-	// The conversion does not escape: the compiler reuses s's bytes for a read-only write.
-	h.write([]byte(s))
-}
-
 func (h *hasher) flush() {
 	if h.fill > 0 && !h.full() {
 		h.r.Blocks = append(h.r.Blocks, h.d.Sum64())

@@ -143,9 +143,6 @@ func removeReq(list []*Request, r *Request) []*Request {
 // Busy reports whether the engine has work that a step could advance.
 func (e *Engine) Busy() bool { return len(e.running) > 0 || len(e.waiting) > 0 }
 
-// InStep reports whether a step was started and not yet ended.
-func (e *Engine) InStep() bool { return e.inStep }
-
 // StartStep admits waiting requests that fit, schedules one step and returns its duration.
 // ok is false when there is nothing to run (no running request and none admissible);
 // then no step is in progress and EndStep must not be called.
@@ -294,12 +291,6 @@ func (e *Engine) KVUsage() float64 {
 
 // Cached reports whether the block hash h is in the prefix cache.
 func (e *Engine) Cached(h uint64) bool { return e.cache.contains(h) }
-
-// CachedPrefix returns how many leading blocks of hashes are in the prefix cache.
-func (e *Engine) CachedPrefix(hashes []uint64) int {
-	hit, _ := e.cache.hits(hashes)
-	return hit
-}
 
 // PrefixCounters returns the cumulative prefix-cache queries and hits, in prompt tokens,
 // without copying histograms as Stats does.
