@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -113,7 +114,7 @@ func newMetrics() *metrics {
 		version:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_snapshot_version", Help: "Number of snapshot versions this server instance has published."}),
 	}
 	m.reg.MustRegister(m.solveSeconds, m.solveErrors, m.objective, m.shedRPS, m.reloads, m.reloadErrors, m.publishes, m.nacks, m.version,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -68,7 +68,6 @@ type compSolver struct {
 	scratchA []segment
 	scratchB []segment
 	arena    []piece // this round's pieces; groups hold sub-slices
-	fsegs    []segment
 }
 
 type demandRow struct {

@@ -149,7 +149,6 @@ type hasher struct {
 	d    xxhash.Digest
 	prev uint64
 	fill int
-	used bool
 }
 
 func (h *hasher) full() bool { return len(h.r.Blocks) >= h.opt.MaxBlocks }
