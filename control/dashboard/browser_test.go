@@ -78,8 +78,8 @@ func pageWeights(ctx context.Context) (map[string]map[string]uint32, error) {
 	return out, nil
 }
 
-// screenshot saves the page as a PNG test artifact in dir.
-func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+// screenshot saves the page as a PNG test artifact in dir and returns the PNG.
+func screenshot(t *testing.T, ctx context.Context, dir, name string) []byte {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -93,4 +93,5 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+	return png
 }

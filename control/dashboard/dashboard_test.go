@@ -63,7 +63,15 @@ func TestDashboardShowsPublishedWeights(t *testing.T) {
 		t.Fatalf("published weights %v are not the fleet file's", want)
 	}
 	waitPage(t, tab, want)
-	screenshot(t, tab, dir, "dashboard.png")
+	png := screenshot(t, tab, dir, "dashboard.png")
+	// `make figures-dashboard` sets MERIDIAN_DASHBOARD_PNG=docs/dashboard.png: this screenshot
+	// is the README's figure of the dashboard.
+	if out := os.Getenv("MERIDIAN_DASHBOARD_PNG"); out != "" {
+		if err := os.WriteFile(out, png, 0o644); err != nil {
+			t.Fatalf("MERIDIAN_DASHBOARD_PNG: %v", err)
+		}
+		t.Logf("dashboard figure: %s", out)
+	}
 }
 
 // waitPage waits up to 5 s (the page polls every second) for it to show want.
