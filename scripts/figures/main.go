@@ -418,7 +418,9 @@ func renderBench(rows *benchRows) string {
 		med, rng := "–", "–"
 		if len(ns) > 0 {
 			med = "**" + formatNs(median(ns)) + "**"
-			rng = formatNs(slices.Min(ns)) + " – " + formatNs(slices.Max(ns))
+			if len(ns) > 1 {
+				rng = formatNs(slices.Min(ns)) + " – " + formatNs(slices.Max(ns))
+			}
 		}
 		fmt.Fprintf(&b, "| `%s` | %d | %s | %s | %s | %s |", strings.TrimPrefix(n, "Benchmark"), len(ns), med, rng, cell(v["B/op"]), cell(v["allocs/op"]))
 		for _, u := range extra {
