@@ -55,7 +55,7 @@ proto: setup
 # unit packages under the race detector; the real-Envoy suites (envoy/, examples/) run
 # without it in `make test`.
 .PHONY: proto-check staticcheck test-race
-RACE_PKGS := ./control/... ./extproc/... ./sim/...
+RACE_PKGS := ./control/... ./extproc/... ./sim/... ./policy/...
 # TEMPORARY (issue 15): extproc/server runs without -race until its tests are rewritten. Its
 # harness waits 5 s for the sidecar's first xDS view, and under -race building the picker's
 # 2^18-bucket tables takes 2.5-3.5 s of that on the loaded 2-core machine, so most of its

@@ -50,7 +50,6 @@ func main() {
 		fs.PrintDefaults()
 	}
 	var f flags
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	file := server.DefaultFile() // the flags' defaults; a --config file replaces them below
 	fs.StringVar(&f.config, "config", "", "optional YAML config file (docs/configuration.md); flags given explicitly override it")
 	fs.StringVar(&f.nodeID, "node-id", "", "the Envoy node id (data-plane cluster name) this sidecar serves")
@@ -73,7 +72,7 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level})).With("node", f.nodeID)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: f.level})).With("node", f.nodeID)
 	if f.config != "" {
 		var err error
 		if file, err = server.ReadFile(f.config); err != nil {
