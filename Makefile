@@ -56,12 +56,7 @@ proto: setup
 # without it in `make test`.
 .PHONY: proto-check staticcheck test-race
 RACE_PKGS := ./control/... ./extproc/... ./sim/... ./policy/...
-# TEMPORARY (issue 15): extproc/server runs without -race until its tests are rewritten. Its
-# harness waits 5 s for the sidecar's first xDS view, and under -race building the picker's
-# 2^18-bucket tables takes 2.5-3.5 s of that on the loaded 2-core machine, so most of its
-# tests time out there (no data race was reported).
-RACE_SKIP := github.com/meridian-router/meridian/extproc/server
-RACE_LIST = $(GO) list $(RACE_PKGS) | grep -vxF $(addprefix -e ,$(RACE_SKIP))
+RACE_LIST = $(GO) list $(RACE_PKGS)
 
 proto-check: setup
 	@bash scripts/protogen.sh --check
@@ -70,7 +65,7 @@ staticcheck: setup
 	@bash scripts/staticcheck.sh
 
 test-race: setup
-	$(GO) test -race -count=1 -timeout 30m $$($(RACE_LIST))
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 
 # Runs the whole system on this machine. DURATION=60s bounds it.
 demo:

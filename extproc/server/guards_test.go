@@ -170,7 +170,7 @@ func TestFailoverEnginesFollowInTheList(t *testing.T) {
 	if _, err := h.pub.Publish(context.Background(), plan); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		d := header(h.exchange(t, "/v1/chat/completions", chatBody("llama", "fail over")), xdsapi.HeaderDestination)
 		if strings.HasPrefix(d, "127.0.0.1:8001,") && strings.Count(d, ",") == 2 {
