@@ -14,11 +14,29 @@ import (
 type Kind uint8
 
 const (
-	Completions Kind = iota + 1
-	ChatCompletions
+	Completions     Kind = iota + 1 // /v1/completions: the prompt is the key
+	ChatCompletions                 // /v1/chat/completions: the messages are the key
+	Responses                       // /v1/responses: instructions, then the input items
+	Embeddings                      // /v1/embeddings: the (first) input
+	// ModelOnly is every other JSON API of a vLLM server that names a model (tokenize,
+	// detokenize, pooling, classify, score, rerank): routed by model, keyed by the bytes of
+	// the body itself, so identical requests meet the same engine and different ones spread
+	// over the model's weights.
+	ModelOnly
 )
 
-// KindOf maps a request path to its Kind, or 0 when the path is not a generation API.
+var kindNames = [...]string{"", "completions", "chat_completions", "responses", "embeddings", "model_only"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// KindOf maps a request path to its Kind, or 0 when the path is not one the sidecar routes
+// (GET endpoints such as /v1/models and /health, and the multipart audio APIs, which
+// Envoy's weighted fallback balances).
 func KindOf(path string) Kind {
 	if i := bytes.IndexByte([]byte(path), '?'); i >= 0 {
 		path = path[:i]
@@ -28,6 +46,13 @@ func KindOf(path string) Kind {
 		return Completions
 	case "/v1/chat/completions":
 		return ChatCompletions
+	case "/v1/responses":
+		return Responses
+	case "/v1/embeddings":
+		return Embeddings
+	case "/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/v1/score",
+		"/rerank", "/v1/rerank", "/v2/rerank":
+		return ModelOnly
 	}
 	return 0
 }
@@ -90,8 +115,17 @@ func Parse(k Kind, body []byte, complete bool, opt Options, r *Request) error {
 		return badf("body is not valid UTF-8")
 	}
 	h := hasher{opt: opt, r: r}
-	p := parser{sc: scanner{b: body, maxDepth: opt.MaxDepth}, h: &h, kind: k}
+	p := parser{sc: scanner{b: body, maxDepth: opt.MaxDepth}, h: &h, kind: k, instructionsAt: -1, inputAt: -1}
+	if k == ModelOnly {
+		h.write(valid)
+	}
 	err := p.top(r)
+	if k == Responses {
+		// Hashed after the walk, in canonical order, wherever the fields were.
+		if rerr := p.hashResponse(); rerr != nil && !errors.Is(rerr, errEnd) && (err == nil || errors.Is(err, errEnd)) {
+			err = rerr
+		}
+	}
 	h.flush()
 	switch {
 	case err == nil:
@@ -119,6 +153,8 @@ func Parse(k Kind, body []byte, complete bool, opt Options, r *Request) error {
 		return badf("'messages' must not be empty")
 	case k == Completions && !p.sawPrompt:
 		return badf("the 'prompt' field is required")
+	case (k == Responses || k == Embeddings) && !p.sawInput:
+		return badf("the 'input' field is required")
 	}
 	return nil
 }

@@ -162,7 +162,9 @@ func TestClientErrors(t *testing.T) {
 }
 
 func TestKindOf(t *testing.T) {
-	for path, want := range map[string]Kind{"/v1/completions": Completions, "/v1/chat/completions?x=1": ChatCompletions, "/v1/models": 0} {
+	for path, want := range map[string]Kind{"/v1/completions": Completions, "/v1/chat/completions?x=1": ChatCompletions, "/v1/models": 0,
+		"/v1/responses": Responses, "/v1/embeddings?a=b": Embeddings, "/tokenize": ModelOnly, "/v1/rerank": ModelOnly,
+		"/v1/audio/transcriptions": 0, "/health": 0} {
 		if got := KindOf(path); got != want {
 			t.Errorf("KindOf(%q) = %v, want %v", path, got, want)
 		}
@@ -173,10 +175,12 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), true)
 	f.Add([]byte(`{"model":"m","prompt":[1,2,3]}`), false)
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`), true)
+	f.Add([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]}],"model":"m","instructions":"be"}`), true)
+	f.Add([]byte(`{"model":"m","input":[[1,2],[3]]}`), false)
 	opt := Options{BlockBytes: 16, MaxBlocks: 8, MaxDepth: 8}
 	f.Fuzz(func(t *testing.T, body []byte, complete bool) {
 		var r Request
-		for _, k := range []Kind{Completions, ChatCompletions} {
+		for _, k := range []Kind{Completions, ChatCompletions, Responses, Embeddings, ModelOnly} {
 			err := Parse(k, body, complete, opt, &r)
 			if err == nil && r.Model == "" {
 				t.Fatal("accepted a request without a model")

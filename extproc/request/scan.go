@@ -411,9 +411,14 @@ type parser struct {
 	kind        Kind
 	sawMessages bool
 	sawPrompt   bool
+	sawInput    bool
 	messages    int
-	scratch     [32]byte
-	model       [256]byte
+	// Where the Responses API's instructions and input values start (-1: not seen): they
+	// are hashed after the walk, instructions first (see hashResponse).
+	instructionsAt, inputAt int
+	scratch                 [32]byte
+	tok                     [8]byte
+	model                   [256]byte
 }
 
 // errNotObject is kept as a value so the hot path builds no error it does not return.
@@ -435,6 +440,19 @@ func (p *parser) top(r *Request) error {
 			if p.kind == Completions {
 				p.sawPrompt = true
 				return p.readPrompt()
+			}
+		case "input":
+			switch p.kind {
+			case Embeddings:
+				p.sawInput = true
+				return p.readEmbeddingInput()
+			case Responses:
+				p.sawInput = true
+				return p.mark(&p.inputAt)
+			}
+		case "instructions":
+			if p.kind == Responses {
+				return p.mark(&p.instructionsAt)
 			}
 		}
 		return p.sc.skip()
@@ -564,7 +582,6 @@ func (p *parser) readPrompt() error {
 	if c == '"' {
 		return p.sc.str(p.h.write)
 	}
-	var tok [8]byte
 	return p.sc.array(func() error { return errPromptShape }, func(i int) error {
 		c, err := p.sc.next()
 		if err != nil {
@@ -578,20 +595,35 @@ func (p *parser) readPrompt() error {
 			}
 			return p.sc.str(sink)
 		case c == '-' || c >= '0' && c <= '9':
-			num, err := p.sc.number()
-			if err != nil {
-				return err
-			}
-			n, ok := parseInt(num)
-			if !ok {
-				return badf("'prompt' token ids must be integers")
-			}
-			binary.LittleEndian.PutUint64(tok[:], uint64(n))
-			p.h.write(tok[:])
-			return nil
+			return p.tokenID(errPromptShape)
 		}
 		return errPromptShape
 	})
+}
+
+var errTokenID = &Error{Reason: "token ids must be integers"}
+
+// tokenID hashes one integer token id as 8 little-endian bytes; notNumber is the client
+// error when the value is not a number.
+func (p *parser) tokenID(notNumber error) error {
+	c, err := p.sc.next()
+	if err != nil {
+		return err
+	}
+	if c != '-' && (c < '0' || c > '9') {
+		return notNumber
+	}
+	num, err := p.sc.number()
+	if err != nil {
+		return err
+	}
+	n, ok := parseInt(num)
+	if !ok {
+		return errTokenID
+	}
+	binary.LittleEndian.PutUint64(p.tok[:], uint64(n))
+	p.h.write(p.tok[:])
+	return nil
 }
 
 func parseInt(b []byte) (int64, bool) {
