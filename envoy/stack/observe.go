@@ -226,6 +226,7 @@ func (h Histogram) QuantileBound(q float64) float64 {
 // EngineFaults is the body of a mock engine's POST /admin/faults (examples/mockvllm).
 type EngineFaults struct {
 	ErrorRate         float64 `json:"error_rate"`
+	ErrorStatus       int     `json:"error_status,omitempty"` // 0: 500
 	LatencyMultiplier float64 `json:"latency_multiplier"`
 	Hang              bool    `json:"hang"`
 	CloseConnections  bool    `json:"close_connections"`

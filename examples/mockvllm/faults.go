@@ -11,8 +11,10 @@ import (
 
 // Faults is the fault-injection state, as set by flags and by POST /admin/faults.
 type Faults struct {
-	// ErrorRate is the fraction in [0, 1] of generation requests answered with HTTP 500.
+	// ErrorRate is the fraction in [0, 1] of generation requests answered with an error.
 	ErrorRate float64 `json:"error_rate"`
+	// ErrorStatus is the HTTP status of those answers, in [400, 599]; 0 means 500.
+	ErrorStatus int `json:"error_status,omitempty"`
 	// LatencyMultiplier (> 0) multiplies every engine step or fixed latency.
 	LatencyMultiplier float64 `json:"latency_multiplier"`
 	// Hang holds generation requests without an answer until the client gives up or hang
@@ -27,6 +29,9 @@ func (f Faults) Validate() error {
 	var errs []error
 	if !(f.ErrorRate >= 0 && f.ErrorRate <= 1) {
 		errs = append(errs, fmt.Errorf("error_rate is %v, must be in [0, 1]", f.ErrorRate))
+	}
+	if f.ErrorStatus != 0 && (f.ErrorStatus < 400 || f.ErrorStatus > 599) {
+		errs = append(errs, fmt.Errorf("error_status is %d, must be in [400, 599] (or 0 for 500)", f.ErrorStatus))
 	}
 	if !(f.LatencyMultiplier > 0) {
 		errs = append(errs, fmt.Errorf("latency_multiplier is %v, must be positive", f.LatencyMultiplier))
@@ -88,7 +93,11 @@ func (s *faultState) inject(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	if f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
-		writeError(w, http.StatusInternalServerError, "server_error", "injected fault: error_rate")
+		status := f.ErrorStatus
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		writeError(w, status, errorType(status), "injected fault: error_rate")
 		return true
 	}
 	return false

@@ -1,7 +1,9 @@
 // Command mockvllm is an OpenAI-compatible stand-in for a vLLM engine, driven by the engine
 // model in sim/engine on real time: completions and chat completions with SSE streaming,
-// usage with prompt_tokens_details.cached_tokens, /v1/models, /health, vLLM-named Prometheus
-// metrics, and fault injection by flag or at run time through /admin/faults.
+// n choices, tool calls (streamed in pieces, as vLLM's tool parsers do), usage with
+// prompt_tokens_details.cached_tokens; /v1/embeddings; the Responses API (/v1/responses,
+// with its event stream); /v1/models, /health, vLLM-named Prometheus metrics, and fault
+// injection by flag or at run time through /admin/faults.
 //
 // Latency comes from the model (continuous batching, prefill that skips cached prefix
 // blocks, decode steps that slow as the batch grows) unless --ttft or --itl is given, in
@@ -37,6 +39,8 @@ type config struct {
 	ttft      time.Duration
 	itl       time.Duration
 	maxTokens int // output tokens when the request does not say
+	maxBody   int64
+	embedDim  int
 	engine    engine.Config
 	faults    Faults
 }
@@ -59,6 +63,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&models, "model", "meridian-demo", "comma-separated model names this engine serves")
 	fs.DurationVar(&c.ttft, "ttft", 20*time.Millisecond, "fixed time to first token; setting --ttft or --itl replaces the engine model with fixed latencies")
 	fs.DurationVar(&c.itl, "itl", 5*time.Millisecond, "fixed time between output tokens (see --ttft)")
+	fs.Int64Var(&c.maxBody, "max-body-bytes", 16<<20, "largest request body; a larger one is answered 413")
+	fs.IntVar(&c.embedDim, "embedding-dim", 32, "length of the vectors /v1/embeddings returns")
 	fs.IntVar(&c.maxTokens, "default-max-tokens", 16, "output tokens when a request sets neither max_tokens nor max_completion_tokens")
 	fs.IntVar(&c.engine.MaxNumSeqs, "max-num-seqs", c.engine.MaxNumSeqs, "largest running batch")
 	fs.IntVar(&c.engine.MaxBatchedTokens, "max-num-batched-tokens", c.engine.MaxBatchedTokens, "token budget of one engine step")
@@ -93,6 +99,12 @@ func (c config) validate() error {
 	}
 	if c.ttft < 0 || c.itl < 0 {
 		errs = append(errs, errors.New("--ttft and --itl must not be negative"))
+	}
+	if c.maxBody < 1024 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes is %d, must be at least 1024", c.maxBody))
+	}
+	if c.embedDim < 1 || c.embedDim > 8192 {
+		errs = append(errs, fmt.Errorf("--embedding-dim is %d, must be in [1, 8192]", c.embedDim))
 	}
 	if c.maxTokens < 1 {
 		errs = append(errs, fmt.Errorf("--default-max-tokens is %d, must be at least 1", c.maxTokens))
