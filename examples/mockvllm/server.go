@@ -16,12 +16,12 @@ import (
 )
 
 type server struct {
-	cfg     config
-	log     *slog.Logger
-	backend backend
-	faults  *faultState
+	cfg      config
+	log      *slog.Logger
+	backend  backend
+	faults   *faultState
 	parseOpt request.Options
-	ids     atomic.Uint64
+	ids      atomic.Uint64
 }
 
 func newServer(cfg config, log *slog.Logger) (*server, error) {
