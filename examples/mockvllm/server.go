@@ -275,6 +275,11 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, g genReq
 			}
 		}
 		if done {
+			if g.call != nil {
+				for i := range g.n {
+					sse.data(c.closing(i))
+				}
+			}
 			if g.includeUsage {
 				sse.data(map[string]any{"id": id, "object": object, "created": c.created, "model": g.model,
 					"choices": []any{}, "usage": usage(g.prompt, g.n*gen, cached)})
@@ -323,10 +328,16 @@ func (c chunker) chunk(i, tok, gen int, last bool) map[string]any {
 			delta["role"] = "assistant"
 		}
 		choice["delta"] = delta
-		if last {
-			choice["finish_reason"] = "tool_calls"
-		}
+		choice["finish_reason"] = nil // a closing chunk follows (see closing)
 	}
+	return map[string]any{"id": c.id, "object": c.object, "created": c.created, "model": c.g.model, "choices": []any{choice}}
+}
+
+// closing ends choice i of a tool-call answer: an empty delta with finish_reason
+// "tool_calls", after the chunk with the arguments' last piece (clients, the OpenAI SDKs'
+// stream accumulators among them, take a chunk without a tool-call delta as the call's end).
+func (c chunker) closing(i int) map[string]any {
+	choice := map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": "tool_calls", "logprobs": nil}
 	return map[string]any{"id": c.id, "object": c.object, "created": c.created, "model": c.g.model, "choices": []any{choice}}
 }
 

@@ -235,7 +235,10 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 		}
 		var canon []byte
 		for _, raw := range doc.Messages {
-			canon = appendCanonical(t, canon, raw)
+			var ok bool
+			if canon, ok = appendCanonical(t, canon, raw); !ok {
+				return
+			}
 		}
 		var want Request
 		h := hasher{opt: opt, r: &want}
@@ -247,17 +250,29 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 	})
 }
 
-// appendCanonical appends one message's canonical form, in the order its keys appear.
-func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) []byte {
+// appendCanonical appends one message's canonical form: role NUL content RS. It reports
+// false for a message with a duplicate key, whose meaning encoding/json and Parse differ on.
+func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if _, err := dec.Token(); err != nil { // {
 		t.Fatal(err)
 	}
+	fields := map[string]json.RawMessage{}
 	for dec.More() {
 		k, _ := dec.Token()
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			t.Fatal(err)
+		}
+		if _, dup := fields[k.(string)]; dup {
+			return nil, false
+		}
+		fields[k.(string)] = v
+	}
+	for _, k := range []string{"role", "content"} {
+		v, ok := fields[k]
+		if !ok {
+			continue
 		}
 		switch k {
 		case "role":
@@ -281,5 +296,5 @@ func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) []byte {
 			}
 		}
 	}
-	return append(canon, 0x1e)
+	return append(canon, 0x1e), true
 }

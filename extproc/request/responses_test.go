@@ -139,3 +139,11 @@ func TestResponsesCutBodyHashesWhatArrived(t *testing.T) {
 		t.Fatalf("cut body: truncated=%v blocks %x, full %x", cut.Truncated, cut.Blocks, full.Blocks)
 	}
 }
+
+func TestChatMessageHashesAlikeWhateverItsKeyOrder(t *testing.T) {
+	roleFirst := mustParse(t, ChatCompletions, `{"model":"m","messages":[{"role":"system","content":"`+sysPrompt+`"},{"role":"user","content":"hi"}]}`)
+	contentFirst := mustParse(t, ChatCompletions, `{"messages":[{"content":"`+sysPrompt+`","role":"system"},{"content":[{"type":"text","text":"hi"}],"role":"user"}],"model":"m"}`)
+	if !slices.Equal(roleFirst.Blocks, contentFirst.Blocks) {
+		t.Fatalf("content before role hashes %x, role first %x", contentFirst.Blocks, roleFirst.Blocks)
+	}
+}

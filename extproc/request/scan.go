@@ -518,9 +518,11 @@ func (p *parser) readMessages() error {
 	})
 }
 
-// readMessage hashes role NUL content ... RS. Role normally precedes content; when it does
-// not, the canonical form still follows the bytes in the order they arrive.
+// readMessage hashes role NUL content ... RS, whatever the order of the keys: a content
+// that comes before the role (the official Go SDK sends it so) is hashed after the object,
+// so the same message hashes alike from every client.
 func (p *parser) readMessage() error {
+	sawRole, contentAt := false, -1
 	err := p.sc.object(func() error { return badf("messages[%d] must be an object", p.messages) }, p.scratch[:0], func(k []byte) error {
 		switch string(k) {
 		case "role":
@@ -528,12 +530,24 @@ func (p *parser) readMessage() error {
 				return err
 			}
 			p.h.write(sepRole)
+			sawRole = true
 			return nil
 		case "content":
+			if !sawRole {
+				return p.mark(&contentAt)
+			}
 			return p.readContent()
 		}
 		return p.sc.skip()
 	})
+	if contentAt >= 0 && (err == nil || errors.Is(err, errEnd)) {
+		i, depth := p.sc.i, p.sc.depth
+		p.sc.i, p.sc.depth = contentAt, depth+1
+		if cerr := p.readContent(); cerr != nil && !errors.Is(cerr, errEnd) {
+			return cerr
+		}
+		p.sc.i, p.sc.depth = i, depth
+	}
 	if err != nil {
 		return err
 	}
