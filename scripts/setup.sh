@@ -9,6 +9,8 @@
 #     in a project-local virtualenv (.tools/venv), linked as .tools/bin/envoy.
 #   - Go tools at pinned versions, built from the Go module proxy into .tools/bin:
 #     protoc-gen-go, protoc-gen-go-grpc and staticcheck (see "Go tools" below).
+#   - llm-d-inference-sim and promtool, built from the Go module proxy (scripts/llmd-sim.sh,
+#     scripts/promtool.sh) into .tools/bin.
 #
 # Afterwards, .tools/bin/envoy is the Envoy the tests and the demo use.
 set -euo pipefail
@@ -108,3 +110,7 @@ for entry in "${go_tools[@]}"; do
   say "building $name $version from the Go module proxy"
   GOBIN="$tools/bin" go install "$pkg@$version" || die "go install $pkg@$version failed: check access to the Go module proxy"
 done
+
+# --- Tools built from the Go module proxy (each script is idempotent) -------------------------
+bash "$root/scripts/llmd-sim.sh" || die "building llm-d-inference-sim failed (scripts/llmd-sim.sh)"
+bash "$root/scripts/promtool.sh" || die "building promtool failed (scripts/promtool.sh)"

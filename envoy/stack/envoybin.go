@@ -65,6 +65,8 @@ func RequireEnvoy(t testing.TB) string {
 // Binaries are the project's executables a stack runs.
 type Binaries struct {
 	Control, Sidecar, MockEngine, Envoy string
+	// LLMDSim is llm-d-inference-sim, for engines with EngineSpec.LLMDSim (see LLMDSimPath).
+	LLMDSim string
 }
 
 // Build compiles the binaries into dir (the Go build cache makes repeat builds cheap).
@@ -89,4 +91,39 @@ func Build(dir string) (Binaries, error) {
 		MockEngine: filepath.Join(dir, "mockvllm"),
 		Envoy:      envoy,
 	}, nil
+}
+
+// LLMDSimPath finds llm-d-inference-sim: $MERIDIAN_LLMD_SIM, then the one
+// scripts/llmd-sim.sh builds (.tools/bin/llm-d-inference-sim), then one on PATH.
+func LLMDSimPath() (string, error) {
+	if p := os.Getenv("MERIDIAN_LLMD_SIM"); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if root, err := RepoRoot(); err == nil {
+		p := filepath.Join(root, ".tools", "bin", "llm-d-inference-sim")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("llm-d-inference-sim"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no llm-d-inference-sim binary: run scripts/llmd-sim.sh (or `make setup`), or set MERIDIAN_LLMD_SIM")
+}
+
+// RequireLLMDSim returns llm-d-inference-sim's path. Without it the test is skipped on a
+// developer's machine and fails in CI (CI=true).
+func RequireLLMDSim(t testing.TB) string {
+	t.Helper()
+	p, err := LLMDSimPath()
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and %v", err)
+	}
+	t.Skip(err)
+	return ""
 }

@@ -21,6 +21,7 @@ type Proc struct {
 	Bin  string
 	Args []string
 	Log  string // file receiving stdout and stderr
+	Env  []string // added to this process's environment (KEY=value)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -40,6 +41,9 @@ func (p *Proc) Start() error {
 	}
 	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(p.Env) > 0 {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	// Own process group, so Stop reaches grandchildren and a test's Ctrl-C does not race it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

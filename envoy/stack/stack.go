@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,8 +36,11 @@ type EngineSpec struct {
 	CapacityRPS  float64
 	// MaxInFlight is the fleet file's hard cap for the sidecar (0: none).
 	MaxInFlight int
-	// Args are extra mockvllm flags (for example --ttft).
+	// Args are extra engine flags (mockvllm's, for example --ttft, or llm-d-inference-sim's).
 	Args []string
+	// LLMDSim runs llm-d-inference-sim (Binaries.LLMDSim) instead of the mock: an engine
+	// meridian did not write. It serves exactly one model, and has no /admin/faults.
+	LLMDSim bool
 }
 
 // Spec describes a stack.
@@ -152,8 +156,11 @@ func start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 		if err != nil {
 			return nil, err
 		}
-		args := append([]string{"--listen", addr, "--name", e.Name, "--model", joinModels(e.Models)}, e.Args...)
-		s.Engines[e.Name] = &Engine{Name: e.Name, Address: addr, Proc: s.proc("engine-"+e.Name, spec.Bins.MockEngine, args)}
+		p, err := s.engineProc(e, addr)
+		if err != nil {
+			return nil, err
+		}
+		s.Engines[e.Name] = &Engine{Name: e.Name, Address: addr, Proc: p}
 	}
 	if err := s.WriteFleet(spec.Weights); err != nil {
 		return nil, err
@@ -197,6 +204,30 @@ func start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// engineProc is the process of engine e listening on addr: the mock, or llm-d-inference-sim.
+func (s *Stack) engineProc(e EngineSpec, addr string) (*Proc, error) {
+	if !e.LLMDSim {
+		args := append([]string{"--listen", addr, "--name", e.Name, "--model", joinModels(e.Models)}, e.Args...)
+		return s.proc("engine-"+e.Name, s.spec.Bins.MockEngine, args), nil
+	}
+	if s.spec.Bins.LLMDSim == "" {
+		return nil, fmt.Errorf("engine %s: Binaries.LLMDSim is not set (scripts/llmd-sim.sh builds it)", e.Name)
+	}
+	if len(e.Models) != 1 {
+		return nil, fmt.Errorf("engine %s: llm-d-inference-sim serves one model, got %v", e.Name, e.Models)
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	// It has no tokenizer without cgo (--force-dummy-tokenizer), and its KV-cache code needs
+	// POD_IP. It binds every interface of the port (0.0.0.0): its listen address is not a flag.
+	args := append([]string{"--port", port, "--model", e.Models[0], "--force-dummy-tokenizer"}, e.Args...)
+	p := s.proc("engine-"+e.Name, s.spec.Bins.LLMDSim, args)
+	p.Env = []string{"POD_IP=127.0.0.1"}
+	return p, nil
 }
 
 func (s *Stack) proc(name, bin string, args []string) *Proc {

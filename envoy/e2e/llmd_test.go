@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go"
+
+	"github.com/meridian-router/meridian/envoy/stack"
+)
+
+// TestE2EOnLLMDInferenceSim runs meridian on engines it did not write: llm-d-inference-sim
+// v0.10.2 (scripts/llmd-sim.sh builds it), driven by the OpenAI SDK through real Envoy. The
+// control server scrapes the simulator's vLLM metrics, the sidecar steers every request and
+// keeps a prompt on its engine, streams come back whole, and when an engine dies requests
+// keep succeeding and the sidecar stops choosing it.
+func TestE2EOnLLMDInferenceSim(t *testing.T) {
+	stack.RequireEnvoy(t)
+	sim := stack.RequireLLMDSim(t)
+	bins, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins.LLMDSim = sim
+	args := []string{"--time-to-first-token", "20ms", "--inter-token-latency", "2ms", "--max-model-len", "65536", "--max-num-seqs", "16", "--mode", "random", "--seed", "7"}
+	spec := stack.Spec{Nodes: []stack.NodeSpec{{Name: "region-a", Region: "a"}}}
+	for _, name := range []string{"d0", "d1", "d2"} {
+		spec.Engines = append(spec.Engines, stack.EngineSpec{Name: name, Region: "a", Models: []string{model}, LLMDSim: true, Args: args})
+	}
+	s := stack.StartT(t, bins, spec)
+	node := s.Nodes["region-a"]
+	c := sdkClient(node.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ask := func(ctx context.Context, prompt string) error {
+		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are terse."), openai.UserMessage(prompt)}})
+		return err
+	}
+
+	t.Run("the control server scrapes the simulator's vLLM metrics", func(t *testing.T) {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			states, _, err := engineStates(ctx, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if states["d0"] == "ok" && states["d1"] == "ok" && states["d2"] == "ok" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("engine states %v after 15 s, want ok for all three", states)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+
+	t.Run("requests are steered over the engines", func(t *testing.T) {
+		before := len(readAccessLog(t, node.AccessLog))
+		for i := 0; i < 24; i++ {
+			if err := ask(ctx, fmt.Sprintf("Question %d about something entirely different", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		used := map[string]int{}
+		for _, e := range waitAccessLog(t, node.AccessLog, before+24)[before:] {
+			first, _, _ := strings.Cut(e.Destination, ",")
+			if e.Status != 200 || first == "" || first == "-" || first != e.UpstreamHost {
+				t.Fatalf("not steered to the sidecar's first choice: %+v", e)
+			}
+			used[s.EngineByAddress(e.UpstreamHost)]++
+		}
+		if len(used) < 2 {
+			t.Fatalf("24 different conversations all went to %v", used)
+		}
+	})
+
+	t.Run("a conversation keeps its engine", func(t *testing.T) {
+		before := len(readAccessLog(t, node.AccessLog))
+		for i := 0; i < 4; i++ {
+			if err := ask(ctx, "The same question, every time."); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hosts := map[string]bool{}
+		for _, e := range waitAccessLog(t, node.AccessLog, before+4)[before:] {
+			hosts[e.UpstreamHost] = true
+		}
+		if len(hosts) != 1 {
+			t.Fatalf("one prompt went to %v", hosts)
+		}
+	})
+
+	t.Run("streams arrive whole, with usage", func(t *testing.T) {
+		st := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(8),
+			Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story.")},
+			StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+		acc := openai.ChatCompletionAccumulator{}
+		chunks := 0
+		for st.Next() {
+			acc.AddChunk(st.Current())
+			chunks++
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if chunks < 2 || len(acc.Choices) != 1 || acc.Choices[0].Message.Content == "" || acc.Usage.CompletionTokens == 0 {
+			t.Fatalf("%d chunks, choices %+v, usage %+v", chunks, acc.Choices, acc.Usage)
+		}
+		if _, missing, err := engineStates(ctx, s); err == nil {
+			t.Logf("after traffic, vLLM signals the control server found missing on d0: %v", missing["d0"])
+		}
+	})
+
+	t.Run("an engine dies: requests succeed and the sidecar stops choosing it", func(t *testing.T) {
+		// The engine this conversation lives on is the one to kill.
+		before := len(readAccessLog(t, node.AccessLog))
+		if err := ask(ctx, "The same question, every time."); err != nil {
+			t.Fatal(err)
+		}
+		entries := waitAccessLog(t, node.AccessLog, before+1)
+		victim := s.Engines[s.EngineByAddress(entries[len(entries)-1].UpstreamHost)]
+		victim.Proc.Kill()
+		killed := time.Now()
+		before = len(readAccessLog(t, node.AccessLog))
+		const n = 40
+		for i := 0; i < n; i++ {
+			prompt := "The same question, every time."
+			if i%2 == 1 {
+				prompt = fmt.Sprintf("After the death, question %d", i)
+			}
+			rctx, stop := context.WithTimeout(ctx, 10*time.Second)
+			err := ask(rctx, prompt)
+			stop()
+			if err != nil {
+				t.Fatalf("request %d, %s after %s died: %v", i, time.Since(killed).Round(time.Millisecond), victim.Name, err)
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+		var lastPrimary time.Time
+		for _, e := range waitAccessLog(t, node.AccessLog, before+n)[before:] {
+			if first, _, _ := strings.Cut(e.Destination, ","); first == victim.Address {
+				lastPrimary = e.Start
+			}
+			if e.UpstreamHost == victim.Address && e.Status == 200 {
+				t.Fatalf("a dead engine served: %+v", e)
+			}
+		}
+		if !lastPrimary.IsZero() && lastPrimary.Sub(killed) > 6*time.Second {
+			t.Fatalf("the sidecar still chose the dead engine %s after it died", lastPrimary.Sub(killed).Round(time.Millisecond))
+		}
+		t.Logf("%s killed; last chosen first %v after", victim.Name, max(0, lastPrimary.Sub(killed)).Round(time.Millisecond))
+	})
+}
+
+// engineStates reads each engine's health state and missing signals from /debug/state.
+func engineStates(ctx context.Context, s *stack.Stack) (map[string]string, map[string][]string, error) {
+	var doc struct {
+		Engines []struct {
+			Name    string `json:"name"`
+			Signals *struct {
+				State   string   `json:"state"`
+				Missing []string `json:"missing"`
+			} `json:"signals"`
+		} `json:"engines"`
+	}
+	if err := getJSONCtx(ctx, s.ControlHTTP+"/debug/state", &doc); err != nil {
+		return nil, nil, err
+	}
+	states, missing := map[string]string{}, map[string][]string{}
+	for _, e := range doc.Engines {
+		if e.Signals != nil {
+			states[e.Name], missing[e.Name] = e.Signals.State, e.Signals.Missing
+		}
+	}
+	return states, missing, nil
+}
+
+func getJSONCtx(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
