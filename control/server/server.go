@@ -131,14 +131,16 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{
+	s := &Server{
 		cfg:     cfg,
 		pub:     xds.NewPublisher(cfg.Log, xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions()),
 		metrics: newMetrics(),
 		reports: newLoadReports(cfg.Log, agg.ObserveReport, agg.ForgetSidecar),
 		signals: agg,
 		opt:     opt,
-	}, nil
+	}
+	s.metrics.reg.MustRegister(fleetCollector{s})
+	return s, nil
 }
 
 // Run serves until ctx is done. It fails fast when the fleet file is invalid at start, since
@@ -351,9 +353,12 @@ func weightFunc(f *fleet.Fleet, res *optimizer.Result) xds.WeightFunc {
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			// Every node and type a client asks for gets its series at 0, so that the first
+			// NACK shows in increase() and dashboards see the series before anything fails.
+			node := req.GetNode().GetId()
+			nacks := s.metrics.nacks.WithLabelValues(node, req.GetTypeUrl())
 			if st := req.GetErrorDetail(); st != nil {
-				node := req.GetNode().GetId()
-				s.metrics.nacks.WithLabelValues(node, req.GetTypeUrl()).Inc()
+				nacks.Inc()
 				s.cfg.Log.Error("xDS NACK", "node", node, "type", req.GetTypeUrl(), "version", req.GetVersionInfo(), "reason", st.GetMessage())
 			}
 			return nil

@@ -20,7 +20,7 @@ type Proc struct {
 	Name string
 	Bin  string
 	Args []string
-	Log  string // file receiving stdout and stderr
+	Log  string   // file receiving stdout and stderr
 	Env  []string // added to this process's environment (KEY=value)
 
 	mu   sync.Mutex
