@@ -40,6 +40,7 @@ type options struct {
 	slice   time.Duration
 	slices  int
 	prompt  int
+	bytes   int // when > 0, every prompt is this many bytes (replaces prompt)
 	workers int
 	dir     string
 	profile string
@@ -56,6 +57,7 @@ func main() {
 	fs.DurationVar(&o.slice, "slice", 5*time.Second, "length of one measurement slice")
 	fs.IntVar(&o.slices, "slices", 3, "slices per configuration and rate (alternating with and without the sidecar)")
 	fs.IntVar(&o.prompt, "prompt-tokens", 256, "prompt size (the sidecar parses and hashes it)")
+	fs.IntVar(&o.bytes, "prompt-bytes", 0, "when set, every prompt is this many bytes of text (for example 220000, the\nlong prompts of llm-d-router issue #1109), 16 shared prefixes, each request's own suffix")
 	fs.IntVar(&o.workers, "envoy-workers", 1, "Envoy worker threads for each Envoy")
 	fs.StringVar(&o.profile, "cpu-profile", "", "write a CPU profile of the sidecar during the first measured slice to this file")
 	fs.StringVar(&o.dir, "dir", "", "directory for logs (default: a temp dir, removed afterwards)")
@@ -72,6 +74,10 @@ func main() {
 			os.Exit(2)
 		}
 		o.rates = append(o.rates, v)
+	}
+	if o.bytes < 0 || o.bytes > 900_000 {
+		fmt.Fprintln(os.Stderr, "benchoverhead: --prompt-bytes must be in [0, 900000] (Envoy's buffer limit is 1 MiB)")
+		os.Exit(2)
 	}
 	if o.slices < 1 || o.slice < time.Second {
 		fmt.Fprintln(os.Stderr, "benchoverhead: --slices must be >= 1 and --slice >= 1s")
@@ -161,6 +167,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	prompts := promptSource{synth: synth, tokens: o.prompt}
+	if o.bytes > 0 {
+		prompts.long = longPrefixes(16, o.bytes)
+	}
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	var results []RateResult
 	for _, rate := range o.rates {
@@ -170,7 +180,7 @@ func run(ctx context.Context, o options) error {
 		// Warm both paths (connections, caches) before measuring.
 		configs := []string{"sidecar", "baseline", "noop"}
 		for _, node := range configs {
-			if _, _, err := slice(ctx, client, s.Nodes[node].URL, synth, rate, time.Second, o.prompt); err != nil {
+			if _, _, err := slice(ctx, client, s.Nodes[node].URL, prompts, rate, time.Second); err != nil {
 				return err
 			}
 		}
@@ -187,7 +197,7 @@ func run(ctx context.Context, o options) error {
 				if cerr != nil {
 					return cerr
 				}
-				l, e, err := slice(ctx, client, s.Nodes[node].URL, synth, rate, o.slice, o.prompt)
+				l, e, err := slice(ctx, client, s.Nodes[node].URL, prompts, rate, o.slice)
 				after, cerr := cpuTimes(s, node)
 				if cerr != nil {
 					return cerr
@@ -236,8 +246,8 @@ func run(ctx context.Context, o options) error {
 // the count of the rest. Bodies are built before the clock starts and answers are read
 // without parsing, so the client, which shares the machine's cores with the path being
 // measured, costs as little as it can.
-func slice(ctx context.Context, client *http.Client, url string, synth *trace.Synthesizer, rate float64, d time.Duration, prompt int) ([]time.Duration, int, error) {
-	sched := load.OpenLoop{Rate: rate, Uniform: true, Duration: d, PromptTokens: prompt, OutputTokens: 1, PrefixGroups: 16, PrefixBlocks: 1}
+func slice(ctx context.Context, client *http.Client, url string, prompts promptSource, rate float64, d time.Duration) ([]time.Duration, int, error) {
+	sched := load.OpenLoop{Rate: rate, Uniform: true, Duration: d, PromptTokens: prompts.tokens, OutputTokens: 1, PrefixGroups: 16, PrefixBlocks: 1}
 	if err := sched.Validate(); err != nil {
 		return nil, 0, err
 	}
@@ -248,7 +258,7 @@ func slice(ctx context.Context, client *http.Client, url string, synth *trace.Sy
 	var calls []call
 	for r := range sched.Requests() {
 		body, err := json.Marshal(map[string]any{"model": "bench", "max_tokens": 1,
-			"messages": []map[string]string{{"role": "user", "content": synth.Prompt(r, uint64(len(calls)))}}})
+			"messages": []map[string]string{{"role": "user", "content": prompts.prompt(r, len(calls))}}})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -290,6 +300,35 @@ func slice(ctx context.Context, client *http.Client, url string, synth *trace.Sy
 		}
 	}
 	return out, errs, nil
+}
+
+// promptSource makes the prompts: the synthesizer's of a number of tokens, or, with long
+// set, one of the long shared prefixes followed by the request's own number.
+type promptSource struct {
+	synth  *trace.Synthesizer
+	tokens int
+	long   []string
+}
+
+func (p promptSource) prompt(r trace.Request, i int) string {
+	if len(p.long) == 0 {
+		return p.synth.Prompt(r, uint64(i))
+	}
+	return p.long[i%len(p.long)] + fmt.Sprintf("%08d", i%100_000_000)
+}
+
+// longPrefixes are n different texts of size-8 bytes (each request adds 8 digits).
+func longPrefixes(n, size int) []string {
+	out := make([]string, n)
+	for g := range out {
+		var b strings.Builder
+		b.Grow(size)
+		for i := 0; b.Len() < size-8; i++ {
+			fmt.Fprintf(&b, "Document %d, paragraph %d: the quick brown fox jumps over the lazy dog. ", g, i)
+		}
+		out[g] = b.String()[:size-8]
+	}
+	return out
 }
 
 // post sends one chat request and reads the whole answer; true for a 200.
