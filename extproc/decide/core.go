@@ -185,6 +185,10 @@ type Request struct {
 	// RequestID is the proxy's own request id (never the client's), the outcome's key of
 	// last resort. Optional.
 	RequestID string
+	// Subset, when HasSubset, lists the only endpoints (ip:port) the request may go to: a
+	// Gateway API Inference Extension gateway's subset hint. An empty one allows none.
+	Subset    []string
+	HasSubset bool
 }
 
 // Verdict is what the core decided for a request.
@@ -267,6 +271,14 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		return d
 	}
 	res := m.table.Pick(req.Key, buf[:0])
+	if req.HasSubset {
+		var ok bool
+		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
+			d.Verdict, d.RetryAfter = NoEngine, c.cfg.Shed.RetryAfter
+			return d
+		}
+		d.fallbacks = len(res.Order) - 1 // failover engines outside the subset are not listed
+	}
 	atLimit := res.AtLimit || c.reserved(m.table, res.Order, d.Priority)
 	if sd := m.state.shed.Decide(d.Priority, atLimit); sd.Shed() {
 		d.Verdict, d.RetryAfter = ShedQuota, sd.RetryAfter

@@ -31,9 +31,14 @@ type Config struct {
 	Outliers       guard.OutlierConfig
 	// Retry applies until the control server sends its own budget in a policy, which then
 	// wins (the control server's --retry-* flags set it).
-	Retry    guard.RetryConfig
-	Shed     guard.ShedConfig
-	Priority PriorityConfig
+	Retry guard.RetryConfig
+	Shed  guard.ShedConfig
+	// SheddableBelow makes requests of a priority below it sheddable in the Gateway API
+	// Inference Extension's sense: when load sheds one, the answer is 429, the
+	// endpoint-picker protocol's status for a dropped sheddable request; every other shed
+	// is 503. 0 (the default): every shed is 503.
+	SheddableBelow int
+	Priority       PriorityConfig
 	// ReportInterval is how often load reports go to the control server.
 	ReportInterval time.Duration
 	// PenaltyInterval is how often outlier penalties are re-evaluated.
@@ -99,6 +104,9 @@ func (c Config) Validate() error {
 		add(fmt.Errorf("request.affinity_blocks must be in [1, request.max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks))
 	}
 	add(validatePriority(c.Priority, c.Shed.Priorities))
+	if c.SheddableBelow < 0 || c.SheddableBelow > c.Shed.Priorities {
+		add(fmt.Errorf("shed.sheddable_below must be in [0, shed.priorities=%d] (got %d)", c.Shed.Priorities, c.SheddableBelow))
+	}
 	if c.BodyLimitBytes < 4096 {
 		add(fmt.Errorf("request.body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
 	}
@@ -177,8 +185,9 @@ type FileRetry struct {
 
 // FileShed is the file's shed: section.
 type FileShed struct {
-	Priorities int           `yaml:"priorities"`
-	RetryAfter time.Duration `yaml:"retry_after"`
+	Priorities     int           `yaml:"priorities"`
+	RetryAfter     time.Duration `yaml:"retry_after"`
+	SheddableBelow int           `yaml:"sheddable_below"`
 }
 
 // DefaultFile is the sidecar's shipped configuration, as its file would state it.
@@ -260,6 +269,9 @@ func (f File) Validate() error {
 	if s.Priorities < 1 || s.Priorities > 64 {
 		bad("shed.priorities", "is %d: want 1..64", s.Priorities)
 	}
+	if s.SheddableBelow < 0 || s.SheddableBelow > s.Priorities {
+		bad("shed.sheddable_below", "is %d: want 0..shed.priorities (%d)", s.SheddableBelow, s.Priorities)
+	}
 	if s.RetryAfter < time.Second || s.RetryAfter%time.Second != 0 {
 		bad("shed.retry_after", "is %s: want whole seconds >= 1s (Retry-After has no fractions)", s.RetryAfter)
 	}
@@ -306,6 +318,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		Outliers:        oc,
 		Retry:           f.retry(),
 		Shed:            sh,
+		SheddableBelow:  f.Shed.SheddableBelow,
 		Priority:        f.Priority,
 		ReportInterval:  f.ReportInterval,
 		PenaltyInterval: 250 * time.Millisecond,

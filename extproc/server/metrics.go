@@ -38,6 +38,7 @@ type metrics struct {
 	sheds     metric.Int64Counter
 	latency   metric.Float64Histogram
 	outcomes  metric.Int64Counter
+	servedBy  metric.Int64Counter
 
 	mu   sync.RWMutex
 	opts map[[6]string]metric.MeasurementOption
@@ -59,7 +60,7 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [10]error
+	var errs [11]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
@@ -70,6 +71,7 @@ func newMetrics(g gauges) (*metrics, error) {
 		metric.WithDescription("Time from receiving the body to answering Envoy."),
 		metric.WithExplicitBucketBoundaries(5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2))
 	m.outcomes, errs[6] = meter.Int64Counter("meridian_sidecar_outcomes", metric.WithDescription("Completed requests reported by Envoy's access log, by engine and class."))
+	m.servedBy, errs[10] = meter.Int64Counter("meridian_sidecar_served", metric.WithDescription("Steered requests by where a GIE gateway's served report says they were served: primary, fallback or unlisted."))
 	var penalty, inflightGauge metric.Float64ObservableGauge
 	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
 	inflightGauge, errs[8] = meter.Float64ObservableGauge("meridian_sidecar_engine_in_flight", metric.WithDescription("Requests in flight from this sidecar per engine."))

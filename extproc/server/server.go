@@ -197,6 +197,10 @@ type streamState struct {
 	req         request.Request
 	blocks      [64]uint64 // backs req.Blocks for the default MaxBlocks
 	ticket      string     // the in-flight ticket this stream's request holds, if any
+	dest        string     // the endpoint list the sidecar answered with, if it steered
+	// subset is a GIE gateway's subset hint (gie.go); hasSubset is set when it sent one.
+	subset    []string
+	hasSubset bool
 	// contentLength is the request's Content-Length, 0 when absent.
 	contentLength int64
 
@@ -247,6 +251,7 @@ func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.Pro
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		s.readHeaders(st, r.RequestHeaders.GetHeaders())
+		st.subset, st.hasSubset = readSubset(req.GetMetadataContext())
 		pc := req.GetProtocolConfig()
 		st.hold = pc.GetRequestBodyMode() == extprocv3filter.ProcessingMode_STREAMED && pc.GetSendBodyWithoutWaitingForHeaderResponse()
 		if st.hold && st.kind != 0 && !r.RequestHeaders.GetEndOfStream() {
@@ -280,6 +285,7 @@ func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.Pro
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		s.served(ctx, st, req)
 		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		st.out = append(st.out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}})
@@ -473,7 +479,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 	}
 	var buf [picker.MaxExamined]int
 	d := s.core.Route(decide.Request{Model: st.req.Model, Key: s.key(&st.req), Priority: st.priority,
-		PromptBytes: st.req.PromptBytes, RequestID: st.requestID}, buf[:0])
+		PromptBytes: st.req.PromptBytes, RequestID: st.requestID, Subset: st.subset, HasSubset: st.hasSubset}, buf[:0])
 	st.ticket = d.Ticket
 	switch d.Verdict {
 	case decide.NoSnapshot:
@@ -489,7 +495,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 		result := d.Verdict.String()
 		s.metrics.decision(ctx, d.Model, result)
 		s.metrics.shed(ctx, d.Model, strings.TrimPrefix(result, "shed_"), d.Priority)
-		resp := errorResponse(503, "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
+		resp := errorResponse(s.shedStatus(d.Priority), "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
 		resp.GetImmediateResponse().Details = "meridian_" + result // Envoy's %RESPONSE_CODE_DETAILS% tells quota from limit
 		return decision{immediate: resp}
 	}
@@ -505,6 +511,7 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	a.raw = d.AppendDestination(a.raw)
 	a.setHeaderRaw(xdsapi.HeaderDestination, start)
 	dest := string(a.vals[0].RawValue)
+	st.dest = dest
 	a.setString(xdsapi.HeaderCluster, d.Cluster)
 	var num [20]byte
 	a.setHeader(xdsapi.HeaderPrefixHash, strconv.AppendUint(num[:0], s.key(&st.req), 16))
@@ -524,6 +531,15 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", d.Model))
 	}
 	return decision{steered: a}
+}
+
+// shedStatus is the HTTP status of a load shed at priority p: 429 for a sheddable request
+// (Config.SheddableBelow), as the endpoint-picker protocol answers a dropped one, else 503.
+func (s *Server) shedStatus(p int) int {
+	if p < s.cfg.SheddableBelow {
+		return 429
+	}
+	return 503
 }
 
 // key is the routing key: the chained hash at the affinity depth.

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/meridian-router/meridian/extproc/outcome"
@@ -151,6 +153,10 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 		grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(16<<20))
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	accesslogv3.RegisterAccessLogServiceServer(gs, outcome.NewReceiver(srv.OnOutcome, cfg.Log))
+	// The gRPC health service of the endpoint-picker protocol (liveness, readiness, ext_proc).
+	hsrv := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hsrv)
+	go srv.ServeHealth(ctx, hsrv, 200*time.Millisecond)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.Metrics(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
