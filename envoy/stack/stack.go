@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,10 @@ type Spec struct {
 	SidecarArgs      []string
 	ControlArgs      []string
 	Bootstrap        func(*bootstrap.Params) // optional edits to each node's bootstrap
+	// BootstrapYAML, when set, rewrites each node's rendered bootstrap before Envoy starts
+	// (for Envoy shapes the template does not offer, such as a GIE gateway's).
+	// It gets the stack being started, whose Engines have their addresses.
+	BootstrapYAML func(s *Stack, node string, yaml []byte) ([]byte, error)
 }
 
 // Stack is a running system.
@@ -260,16 +265,18 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		s.spec.Bootstrap(&p)
 	}
 	bpath := filepath.Join(s.spec.Dir, "envoy-"+n.Name+".yaml")
-	f, err := os.Create(bpath)
-	if err != nil {
-		return nil, err
-	}
-	err = bootstrap.Render(f, p)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	var buf bytes.Buffer
+	if err := bootstrap.Render(&buf, p); err != nil {
 		return nil, fmt.Errorf("bootstrap for %s: %w", n.Name, err)
+	}
+	out := buf.Bytes()
+	if s.spec.BootstrapYAML != nil {
+		if out, err = s.spec.BootstrapYAML(s, n.Name, out); err != nil {
+			return nil, fmt.Errorf("bootstrap for %s: %w", n.Name, err)
+		}
+	}
+	if err := os.WriteFile(bpath, out, 0o644); err != nil {
+		return nil, err
 	}
 	bin := s.spec.Bins.Sidecar
 	if n.SidecarBin != "" {
