@@ -57,7 +57,9 @@ type Config struct {
 	// MaxRequestAge releases in-flight tickets whose outcome never arrived (Envoy's access
 	// log entry was lost); it must exceed the longest request.
 	MaxRequestAge time.Duration
-	Log           *slog.Logger
+	// Decisions is how many recent decisions /debug/decisions keeps (0: none).
+	Decisions int
+	Log       *slog.Logger
 }
 
 // PriorityConfig says where a request's priority class comes from. Priorities run from 0
@@ -104,6 +106,9 @@ func (c Config) Validate() error {
 		add(fmt.Errorf("request.affinity_blocks must be in [1, request.max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks))
 	}
 	add(validatePriority(c.Priority, c.Shed.Priorities))
+	if c.Decisions < 0 {
+		add(fmt.Errorf("decisions must be >= 0 (got %d)", c.Decisions))
+	}
 	if c.SheddableBelow < 0 || c.SheddableBelow > c.Shed.Priorities {
 		add(fmt.Errorf("shed.sheddable_below must be in [0, shed.priorities=%d] (got %d)", c.Shed.Priorities, c.SheddableBelow))
 	}
@@ -319,6 +324,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		Retry:           f.retry(),
 		Shed:            sh,
 		SheddableBelow:  f.Shed.SheddableBelow,
+		Decisions:       1024,
 		Priority:        f.Priority,
 		ReportInterval:  f.ReportInterval,
 		PenaltyInterval: 250 * time.Millisecond,

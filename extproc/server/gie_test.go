@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,5 +211,41 @@ func TestHealthServiceFollowsReadiness(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+func TestDecisionsExplainWhereAndWhy(t *testing.T) {
+	h := newHarness(t)
+	r := h.exchangeWith(t, "/v1/chat/completions", chatBody("llama", "explain me"), map[string]string{"x-request-id": "req-1"})
+	dest := header(r, xdsapi.HeaderDestination)
+	h.srv.ApplyPolicy(&meridianv1.Policy{Version: "v", Shed: []*meridianv1.ModelShed{{Model: "llama", Fraction: 1}}})
+	for i := 0; i < 20; i++ {
+		h.exchangeWith(t, "/v1/chat/completions", chatBody("llama", fmt.Sprintf("shed %d", i)), map[string]string{"x-meridian-priority": "0"})
+	}
+	get := func(query string) []server.Explained {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.srv.DecisionsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/debug/decisions"+query, nil))
+		var doc struct{ Decisions []server.Explained }
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || rec.Code != 200 {
+			t.Fatalf("GET /debug/decisions%s: %d %s", query, rec.Code, rec.Body)
+		}
+		return doc.Decisions
+	}
+	steered := get("?result=steered")
+	if len(steered) != 1 || steered[0].RequestID != "req-1" || steered[0].Destination != dest ||
+		steered[0].Engine == "" || steered[0].PrefixKey == "" || steered[0].RetryOn == "" {
+		t.Fatalf("steered decisions %+v, want the one request to %s", steered, dest)
+	}
+	primary := strings.Split(dest, ",")[0]
+	if byEngine := get("?engine=" + primary); len(byEngine) != 1 {
+		t.Fatalf("decisions listing %s: %+v", primary, byEngine)
+	}
+	shed := get("?result=shed_quota&limit=5")
+	if len(shed) != 5 || shed[0].Status != 503 || shed[0].Priority != 0 {
+		t.Fatalf("shed decisions %+v", shed)
+	}
+	if all := get(""); len(all) != 21 || all[0].Result != "shed_quota" || all[20].Result != "steered" {
+		t.Fatalf("%d decisions, first %q last %q: want 21, newest (a shed) first", len(all), all[0].Result, all[len(all)-1].Result)
 	}
 }

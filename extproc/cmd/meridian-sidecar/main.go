@@ -159,6 +159,7 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	go srv.ServeHealth(ctx, hsrv, 200*time.Millisecond)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.Metrics(), promhttp.HandlerOpts{}))
+	mux.Handle("GET /debug/decisions", srv.DecisionsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !srv.Ready() {
 			http.Error(w, "no routing snapshot yet", http.StatusServiceUnavailable)
