@@ -123,12 +123,14 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 		if err := ask(ctx, "The same question, every time."); err != nil {
 			t.Fatal(err)
 		}
+		// Envoy flushes its log every 50 ms: wait for this request's entry, the last one.
+		time.Sleep(300 * time.Millisecond)
 		entries := waitAccessLog(t, node.AccessLog, before+1)
 		victim := s.Engines[s.EngineByAddress(entries[len(entries)-1].UpstreamHost)]
 		victim.Proc.Kill()
 		killed := time.Now()
 		before = len(readAccessLog(t, node.AccessLog))
-		const n = 40
+		const n = 80
 		for i := 0; i < n; i++ {
 			prompt := "The same question, every time."
 			if i%2 == 1 {
@@ -140,10 +142,13 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 			if err != nil {
 				t.Fatalf("request %d, %s after %s died: %v", i, time.Since(killed).Round(time.Millisecond), victim.Name, err)
 			}
-			time.Sleep(150 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond)
 		}
 		var lastPrimary time.Time
 		for _, e := range waitAccessLog(t, node.AccessLog, before+n)[before:] {
+			if e.Start.Before(killed) {
+				continue // an entry flushed late
+			}
 			if first, _, _ := strings.Cut(e.Destination, ","); first == victim.Address {
 				lastPrimary = e.Start
 			}
@@ -151,7 +156,11 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 				t.Fatalf("a dead engine served: %+v", e)
 			}
 		}
-		if !lastPrimary.IsZero() && lastPrimary.Sub(killed) > 6*time.Second {
+		// At this low rate (4-5 req/s) the outlier penalty does not take it out of first place
+		// (measured: 4.6 s once, not within 12 s after the class-curve change); the control
+		// server's verdict does: no scrape (every 2 s) for --stale-after (5 s), then a solve
+		// and a publish. 15 s bounds that chain on a loaded machine.
+		if !lastPrimary.IsZero() && lastPrimary.Sub(killed) > 15*time.Second {
 			t.Fatalf("the sidecar still chose the dead engine %s after it died", lastPrimary.Sub(killed).Round(time.Millisecond))
 		}
 		t.Logf("%s killed; last chosen first %v after", victim.Name, max(0, lastPrimary.Sub(killed)).Round(time.Millisecond))
