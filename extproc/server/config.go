@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"gopkg.in/yaml.v3"
 
 	"github.com/meridian-router/meridian/extproc/decide"
@@ -59,7 +60,10 @@ type Config struct {
 	MaxRequestAge time.Duration
 	// Decisions is how many recent decisions /debug/decisions keeps (0: none).
 	Decisions int
-	Log       *slog.Logger
+	// Tracer, when set, gets one span per decision (spans.go); nil: no spans. The sidecar's
+	// --otlp-endpoint sets one that exports over OTLP/gRPC.
+	Tracer trace.Tracer
+	Log    *slog.Logger
 }
 
 // PriorityConfig says where a request's priority class comes from. Priorities run from 0

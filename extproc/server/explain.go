@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -80,8 +81,11 @@ func (l *decisionLog) recent(limit int, keep func(*Explained) bool) []*Explained
 	return out
 }
 
-// explain records d for st's request.
-func (s *Server) explain(st *streamState, d *decide.Decision, status int) {
+// explain records d for st's request: in the decision log, and as a span when tracing is on.
+func (s *Server) explain(ctx context.Context, st *streamState, d *decide.Decision, status int) {
+	if s.cfg.Tracer != nil {
+		s.span(ctx, st, d, status)
+	}
 	if s.decisions == nil {
 		return
 	}

@@ -13,6 +13,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -247,5 +249,27 @@ func TestDecisionsExplainWhereAndWhy(t *testing.T) {
 	}
 	if all := get(""); len(all) != 21 || all[0].Result != "shed_quota" || all[20].Result != "steered" {
 		t.Fatalf("%d decisions, first %q last %q: want 21, newest (a shed) first", len(all), all[0].Result, all[len(all)-1].Result)
+	}
+}
+
+func TestDecisionSpansCarryTheExplanation(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := newHarnessWith(t, func(c *server.Config) { c.Tracer = tp.Tracer("test") })
+	parent := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	r := h.exchangeWith(t, "/v1/chat/completions", chatBody("llama", "trace me"), map[string]string{"traceparent": parent, "x-request-id": "rq-9"})
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	sp := spans[0]
+	attrs := map[string]string{}
+	for _, kv := range sp.Attributes() {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	if sp.Name() != "meridian.decision" || sp.Parent().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+		attrs["meridian.result"] != "steered" || attrs["meridian.engines"] != header(r, xdsapi.HeaderDestination) ||
+		attrs["meridian.prefix_key"] != header(r, xdsapi.HeaderPrefixHash) || attrs["meridian.request_id"] != "rq-9" || attrs["meridian.engine"] == "" {
+		t.Fatalf("span %q parent %s attributes %v", sp.Name(), sp.Parent().TraceID(), attrs)
 	}
 }

@@ -491,14 +491,14 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 		s.metrics.decision(ctx, "", resultUnknownModel) // no label for a name no cluster has
 		return decision{immediate: errorResponse(404, "not_found_error", fmt.Sprintf("The model `%s` does not exist.", st.req.Model), 0)}
 	case decide.NoEngine:
-		s.explain(st, &d, 503)
+		s.explain(ctx, st, &d, 503)
 		s.metrics.decision(ctx, d.Model, resultNoEngine)
 		return decision{immediate: errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", d.Model), d.RetryAfter)}
 	case decide.ShedQuota, decide.ShedLimit:
 		result := d.Verdict.String()
 		s.metrics.decision(ctx, d.Model, result)
 		s.metrics.shed(ctx, d.Model, strings.TrimPrefix(result, "shed_"), d.Priority)
-		s.explain(st, &d, s.shedStatus(d.Priority))
+		s.explain(ctx, st, &d, s.shedStatus(d.Priority))
 		resp := errorResponse(s.shedStatus(d.Priority), "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
 		resp.GetImmediateResponse().Details = "meridian_" + result // Envoy's %RESPONSE_CODE_DETAILS% tells quota from limit
 		return decision{immediate: resp}
@@ -528,7 +528,7 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	a.raw = appendChildTraceparent(a.raw, st.traceparent)
 	a.setHeaderRaw("traceparent", start)
 	a.finish(dest)
-	s.explain(st, d, 0)
+	s.explain(ctx, st, d, 0)
 	s.metrics.decision(ctx, d.Model, resultSteered)
 	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", d.Engine))
 	s.metrics.retries.Record(ctx, int64(d.Budget)) // the budget; unsent-only retries are not counted

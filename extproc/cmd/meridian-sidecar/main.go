@@ -41,6 +41,7 @@ type flags struct {
 	control    string
 	level      slog.Level
 	pprof      bool
+	otlp       string
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	fs.IntVar(&flagged.Request.AffinityBlocks, "affinity-blocks", file.Request.AffinityBlocks, "prefix blocks that form the routing key (request.affinity_blocks)")
 	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
 	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
+	fs.StringVar(&f.otlp, "otlp-endpoint", "", "host:port of an OTLP/gRPC collector (plaintext) to export one span per decision to; empty: no spans")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-listen (keep that address private)")
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -117,6 +119,14 @@ func main() {
 func run(ctx context.Context, f flags, cfg server.Config) error {
 	if f.nodeID == "" {
 		return errors.New("--node-id is required: the node id of the Envoy this sidecar serves")
+	}
+	if f.otlp != "" {
+		tracer, shutdown, err := newTracer(ctx, f.otlp, f.nodeID)
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		cfg.Tracer = tracer
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
