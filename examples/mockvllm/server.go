@@ -138,7 +138,7 @@ func (s *server) parse(kind request.Kind, body []byte, pr *request.Request) (int
 		return http.StatusBadRequest, err
 	}
 	if !slices.Contains(s.cfg.models, pr.Model) {
-		return http.StatusNotFound, fmt.Errorf("The model `%s` does not exist.", pr.Model)
+		return http.StatusNotFound, modelNotFound(pr.Model)
 	}
 	return 0, nil
 }
@@ -189,6 +189,11 @@ func (s *server) readRequest(w http.ResponseWriter, r *http.Request, kind reques
 	}
 	return g, 0, nil
 }
+
+// modelNotFound is vLLM's answer for a model it does not serve, in its own words.
+type modelNotFound string
+
+func (m modelNotFound) Error() string { return "The model `" + string(m) + "` does not exist." }
 
 // maxChoices bounds n, so one request cannot ask for unbounded work.
 const maxChoices = 16

@@ -265,7 +265,7 @@ func TestDecisionSpansCarryTheExplanation(t *testing.T) {
 	sp := spans[0]
 	attrs := map[string]string{}
 	for _, kv := range sp.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if sp.Name() != "meridian.decision" || sp.Parent().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
 		attrs["meridian.result"] != "steered" || attrs["meridian.engines"] != header(r, xdsapi.HeaderDestination) ||
