@@ -108,3 +108,6 @@ for entry in "${go_tools[@]}"; do
   say "building $name $version from the Go module proxy"
   GOBIN="$tools/bin" go install "$pkg@$version" || die "go install $pkg@$version failed: check access to the Go module proxy"
 done
+
+# --- Kubernetes test tools (kube-apiserver, etcd, helm) ---------------------------------------
+bash "$root/scripts/k8s-tools.sh" || die "building the Kubernetes test tools failed (scripts/k8s-tools.sh)"
