@@ -276,7 +276,7 @@ func TestK8sLeaderFailover(t *testing.T) {
 	kubeconfig := kubetest.Kubeconfig(t, env.Config)
 	electionArgs := []string{"--leader-elect", "--kubeconfig", kubeconfig, "--leader-elect-namespace", "default", "--leader-elect-lease", "meridian-control"}
 	s := startStack(t, stack.Spec{
-		Nodes:       []stack.NodeSpec{{Name: "region-a", Region: "a"}},
+		Nodes: []stack.NodeSpec{{Name: "region-a", Region: "a"}},
 		// Unequal engines, so that the optimizer's shares under load are not the
 		// capacity-proportional ones a fresh leader would start from.
 		Engines: []stack.EngineSpec{
