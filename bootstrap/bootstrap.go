@@ -18,9 +18,9 @@ var tmplText string
 
 // Params are the values of one node's bootstrap.
 type Params struct {
-	NodeID  string
-	Listen  string // ip:port of the HTTP listener clients send requests to
-	Admin   string // ip:port of Envoy's admin interface; keep it on loopback
+	NodeID string
+	Listen string // ip:port of the HTTP listener clients send requests to
+	Admin  string // ip:port of Envoy's admin interface; keep it on loopback
 	// XDS is the control server: ip:port, or host:port with a DNS name (a Kubernetes
 	// Service), which Envoy resolves with a STRICT_DNS cluster: every address the name
 	// has is an endpoint (a headless Service's replicas), re-resolved as the name changes.

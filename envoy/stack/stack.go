@@ -58,7 +58,7 @@ type Spec struct {
 	// sidecars) reach the control server by, instead of its IP: it must resolve to
 	// 127.0.0.1 ("localhost").
 	ControlHost string
-	Bootstrap        func(*bootstrap.Params) // optional edits to each node's bootstrap
+	Bootstrap   func(*bootstrap.Params) // optional edits to each node's bootstrap
 }
 
 // Stack is a running system.
