@@ -350,11 +350,11 @@ func TestK8sLeaderFailover(t *testing.T) {
 	}
 	t.Logf("leader killed -> the standby leads and has published: %s", leads.Round(time.Millisecond))
 	// Envoy's stream to the dead leader is gone; it gets one to the new leader.
-	serving, ok := kubetest.WaitFor(ctx, 30*time.Second, func() bool { return envoyConnected(ctx, s.Nodes["region-a"].AdminURL) })
+	_, ok = kubetest.WaitFor(ctx, 30*time.Second, func() bool { return envoyConnected(ctx, s.Nodes["region-a"].AdminURL) })
 	if !ok {
 		t.Fatalf("Envoy did not reconnect to the new leader (log %s)", b.Log)
 	}
-	serving = time.Since(killed)
+	serving := time.Since(killed)
 	t.Logf("leader killed -> Envoy connected to the new leader: %s", serving.Round(time.Millisecond))
 	// Shares over the next 10 s (inside the takeover hold) against those before.
 	maxMove := 0.0
