@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -59,7 +60,7 @@ func Run(ctx context.Context, c Config, lead func(context.Context), follow func(
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
-	led := false
+	var led atomic.Bool // set in client-go's goroutine, read after Run
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   c.LeaseDuration,
@@ -69,12 +70,12 @@ func Run(ctx context.Context, c Config, lead func(context.Context), follow func(
 		Name:            c.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				led = true
+				led.Store(true)
 				c.Log.Info("leader election: leading", "lease", c.Namespace+"/"+c.Name, "identity", c.Identity)
 				lead(ctx)
 			},
 			OnStoppedLeading: func() {
-				if led {
+				if led.Load() {
 					c.Log.Error("leader election: lost the lease", "lease", c.Namespace+"/"+c.Name, "identity", c.Identity)
 				}
 			},
@@ -88,7 +89,7 @@ func Run(ctx context.Context, c Config, lead func(context.Context), follow func(
 		return fmt.Errorf("leader election: %w", err)
 	}
 	le.Run(ctx)
-	if ctx.Err() == nil && led {
+	if ctx.Err() == nil && led.Load() {
 		return fmt.Errorf("leader election: lost the lease %s/%s", c.Namespace, c.Name)
 	}
 	return nil
