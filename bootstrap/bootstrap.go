@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -17,11 +18,15 @@ var tmplText string
 
 // Params are the values of one node's bootstrap.
 type Params struct {
-	NodeID  string
-	Listen  string // ip:port of the HTTP listener clients send requests to
-	Admin   string // ip:port of Envoy's admin interface; keep it on loopback
-	XDS     string // ip:port of the control server
-	Sidecar string // ip:port of the meridian sidecar (ext_proc)
+	NodeID string
+	Listen string // ip:port of the HTTP listener clients send requests to
+	Admin  string // ip:port of Envoy's admin interface; keep it on loopback
+	// XDS is the control server: ip:port, or host:port with a DNS name (a Kubernetes
+	// Service), which Envoy resolves with a STRICT_DNS cluster: every address the name
+	// has is an endpoint (a headless Service's replicas), re-resolved as the name changes.
+	XDS string
+	// Sidecar is the meridian sidecar (ext_proc): ip:port, or host:port like XDS.
+	Sidecar string
 	// MessageTimeout bounds each ext_proc exchange; past it Envoy fails open.
 	MessageTimeout time.Duration
 	// BufferLimitBytes bounds the body bytes the sidecar sees (BUFFERED_PARTIAL).
@@ -54,9 +59,14 @@ func (p Params) Validate() error {
 	if !nodeRE.MatchString(p.NodeID) {
 		errs = append(errs, fmt.Errorf("node id %q: letters, digits and ._:/- only, at most 128", p.NodeID))
 	}
-	for name, v := range map[string]string{"listen": p.Listen, "admin": p.Admin, "xds": p.XDS, "sidecar": p.Sidecar} {
+	for name, v := range map[string]string{"listen": p.Listen, "admin": p.Admin} {
 		if _, err := netip.ParseAddrPort(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: want ip:port: %w", name, v, err))
+			errs = append(errs, fmt.Errorf("%s %q: want ip:port (an address to bind): %w", name, v, err))
+		}
+	}
+	for name, v := range map[string]string{"xds": p.XDS, "sidecar": p.Sidecar} {
+		if _, _, err := splitHostPort(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want ip:port or host:port: %w", name, v, err))
 		}
 	}
 	if p.MessageTimeout < time.Millisecond {
@@ -76,6 +86,45 @@ type view struct {
 	ListenAddress, AdminAddress, XDSAddress, SidecarAddress string
 	ListenPort, AdminPort, XDSPort, SidecarPort             uint16
 	MessageTimeout                                          string
+	// XDSType and SidecarType are the Envoy cluster types: STATIC for an IP, STRICT_DNS
+	// for a name.
+	XDSType, SidecarType string
+}
+
+// dnsNameRE is an RFC 1123 host name: dot-separated labels of letters, digits and hyphens.
+var dnsNameRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
+
+// splitHostPort splits "ip:port" or "name:port"; the port must be 1..65535 and a name
+// RFC 1123.
+func splitHostPort(s string) (host string, port uint16, err error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		if ap.Port() == 0 {
+			return "", 0, errors.New("port must not be 0")
+		}
+		return ap.Addr().String(), ap.Port(), nil
+	}
+	h, ps, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, fmt.Errorf("port %q: want 1..65535", ps)
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return "", 0, fmt.Errorf("%q is an IP: write ip:port, [ipv6]:port", s)
+	}
+	if len(h) > 253 || !dnsNameRE.MatchString(h) {
+		return "", 0, fmt.Errorf("host %q is neither an IP nor a DNS name", h)
+	}
+	return h, uint16(n), nil
+}
+
+func clusterType(host string) string {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return "STATIC"
+	}
+	return "STRICT_DNS"
 }
 
 // Render writes the bootstrap YAML for p.
@@ -95,7 +144,8 @@ func Render(w io.Writer, p Params) error {
 	}
 	v.ListenAddress, v.ListenPort = split(p.Listen)
 	v.AdminAddress, v.AdminPort = split(p.Admin)
-	v.XDSAddress, v.XDSPort = split(p.XDS)
-	v.SidecarAddress, v.SidecarPort = split(p.Sidecar)
+	v.XDSAddress, v.XDSPort, _ = splitHostPort(p.XDS) // validated above
+	v.SidecarAddress, v.SidecarPort, _ = splitHostPort(p.Sidecar)
+	v.XDSType, v.SidecarType = clusterType(v.XDSAddress), clusterType(v.SidecarAddress)
 	return t.Execute(w, v)
 }

@@ -114,3 +114,5 @@ done
 # --- Tools built from the Go module proxy (each script is idempotent) -------------------------
 bash "$root/scripts/llmd-sim.sh" || die "building llm-d-inference-sim failed (scripts/llmd-sim.sh)"
 bash "$root/scripts/promtool.sh" || die "building promtool failed (scripts/promtool.sh)"
+# Kubernetes test tools (kube-apiserver, etcd, helm)
+bash "$root/scripts/k8s-tools.sh" || die "building the Kubernetes test tools failed (scripts/k8s-tools.sh)"

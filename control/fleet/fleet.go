@@ -32,11 +32,17 @@ type Fleet struct {
 	// cluster has an entry here, the optimizer does not set that cluster's weights.
 	// A weight of 0 leaves the engine out of that cluster's assignment.
 	Weights map[string]map[string]uint32 `yaml:"weights"`
+	// Discovery, when set, finds more engines in a Kubernetes cluster; Engines may then be
+	// empty. See Discovery.
+	Discovery *Discovery `yaml:"discovery"`
 }
 
 // Model is one served model.
 type Model struct {
 	Name string `yaml:"name"`
+	// CapacityRPS is the capacity of a discovered engine serving this model when neither
+	// its objects nor its discovery source say (optional).
+	CapacityRPS float64 `yaml:"capacity_rps"`
 }
 
 // Cluster is one data-plane cluster: a set of Envoys (and their sidecars) that share a node id.
@@ -143,6 +149,9 @@ func (f *Fleet) Validate() []error {
 			bad(p, "model %q is listed twice", m.Name)
 		}
 		models[m.Name] = true
+		if m.CapacityRPS < 0 || math.IsNaN(m.CapacityRPS) || math.IsInf(m.CapacityRPS, 0) {
+			bad(fmt.Sprintf("models[%d].capacity_rps", i), "must be a finite number > 0, or absent (got %v)", m.CapacityRPS)
+		}
 	}
 	if f.DefaultModel != "" && !models[f.DefaultModel] {
 		bad("default_model", "%q is not one of models[].name", f.DefaultModel)
@@ -164,51 +173,24 @@ func (f *Fleet) Validate() []error {
 			bad(p+".region", "is required")
 		}
 	}
-	if len(f.Engines) == 0 {
-		bad("engines", "at least one engine is required")
+	if len(f.Engines) == 0 && f.Discovery == nil {
+		bad("engines", "at least one engine is required (or a discovery section that finds them)")
+	}
+	if f.Discovery != nil {
+		for _, e := range f.Discovery.validate(models) {
+			bad(e.Path, "%s", e.Reason)
+		}
 	}
 	engines := map[string]bool{}
 	addrs := map[string]string{}
 	regions := map[string]bool{}
 	for i, e := range f.Engines {
 		p := fmt.Sprintf("engines[%d]", i)
-		switch {
-		case !nameRE.MatchString(e.Name):
-			bad(p+".name", "%q is not a valid engine name", e.Name)
-		case engines[e.Name]:
-			bad(p+".name", "engine %q is listed twice", e.Name)
-		}
+		validateEngine(e, models, engines, addrs, func(field, format string, args ...any) {
+			bad(p+"."+field, format, args...)
+		})
 		engines[e.Name] = true
-		if ap, err := netip.ParseAddrPort(e.Address); err != nil {
-			bad(p+".address", "%q is not ip:port (a literal IP is required: Envoy's override_host matches on it)", e.Address)
-		} else if ap.Port() == 0 {
-			bad(p+".address", "port must not be 0")
-		} else if other, dup := addrs[e.Address]; dup {
-			bad(p+".address", "%s is also the address of engine %q", e.Address, other)
-		} else {
-			addrs[e.Address] = e.Name
-		}
-		if e.Region == "" {
-			bad(p+".region", "is required")
-		}
 		regions[e.Region] = true
-		if len(e.Models) == 0 {
-			bad(p+".models", "at least one model is required")
-		}
-		for j, m := range e.Models {
-			if !models[m] {
-				bad(fmt.Sprintf("%s.models[%d]", p, j), "%q is not one of models[].name", m)
-			}
-		}
-		if !(e.CapacityRPS > 0) || math.IsInf(e.CapacityRPS, 0) {
-			bad(p+".capacity_rps", "must be a finite number > 0 (got %v)", e.CapacityRPS)
-		}
-		if e.MaxInFlight < 0 {
-			bad(p+".max_in_flight", "must be >= 0 (got %d)", e.MaxInFlight)
-		}
-		if e.MetricsURL != "" && !strings.HasPrefix(e.MetricsURL, "http://") && !strings.HasPrefix(e.MetricsURL, "https://") {
-			bad(p+".metrics_url", "%q must start with http:// or https://", e.MetricsURL)
-		}
 	}
 	for _, c := range f.Clusters {
 		row, ok := f.RTTMillis[c.Name]
@@ -230,7 +212,8 @@ func (f *Fleet) Validate() []error {
 			continue
 		}
 		for _, r := range sortedKeys(f.RTTMillis[cn]) {
-			if !regions[r] {
+			// Discovered engines may come from regions no listed engine is in yet.
+			if !regions[r] && f.Discovery == nil {
 				bad("rtt_ms."+cn+"."+r, "%q is not the region of any engine", r)
 			}
 		}
@@ -255,6 +238,46 @@ func (f *Fleet) Validate() []error {
 		}
 	}
 	return errs
+}
+
+// validateEngine checks one engine against the fleet's models and the engines before it
+// (names and addresses), reporting each problem with the engine's field name.
+func validateEngine(e Engine, models, engines map[string]bool, addrs map[string]string, bad func(field, format string, args ...any)) {
+	switch {
+	case !nameRE.MatchString(e.Name):
+		bad("name", "%q is not a valid engine name", e.Name)
+	case engines[e.Name]:
+		bad("name", "engine %q is listed twice", e.Name)
+	}
+	if ap, err := netip.ParseAddrPort(e.Address); err != nil {
+		bad("address", "%q is not ip:port (a literal IP is required: Envoy's override_host matches on it)", e.Address)
+	} else if ap.Port() == 0 {
+		bad("address", "port must not be 0")
+	} else if other, dup := addrs[e.Address]; dup {
+		bad("address", "%s is also the address of engine %q", e.Address, other)
+	} else {
+		addrs[e.Address] = e.Name
+	}
+	if e.Region == "" {
+		bad("region", "is required")
+	}
+	if len(e.Models) == 0 {
+		bad("models", "at least one model is required")
+	}
+	for j, m := range e.Models {
+		if !models[m] {
+			bad(fmt.Sprintf("models[%d]", j), "%q is not one of models[].name", m)
+		}
+	}
+	if !(e.CapacityRPS > 0) || math.IsInf(e.CapacityRPS, 0) {
+		bad("capacity_rps", "must be a finite number > 0 (got %v)", e.CapacityRPS)
+	}
+	if e.MaxInFlight < 0 {
+		bad("max_in_flight", "must be >= 0 (got %d)", e.MaxInFlight)
+	}
+	if e.MetricsURL != "" && !strings.HasPrefix(e.MetricsURL, "http://") && !strings.HasPrefix(e.MetricsURL, "https://") {
+		bad("metrics_url", "%q must start with http:// or https://", e.MetricsURL)
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/rest"
 
 	"github.com/meridian-router/meridian/control/dashboard"
 	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/control/leader"
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/xds"
@@ -41,6 +43,13 @@ type Config struct {
 	Signals        signals.Config
 	Optimizer      optimizer.Config
 	Log            *slog.Logger
+	// KubeREST, when set, is the API server a fleet file's discovery section uses instead
+	// of its kubeconfig or the in-cluster service account (tests).
+	KubeREST *rest.Config
+	// Leader, when set, runs this replica under leader election: only the leader serves
+	// xDS; see ha.go. TakeoverHold is how long a new leader keeps the old leader's weights.
+	Leader       *leader.Config
+	TakeoverHold time.Duration
 }
 
 // Validate reports the first unusable field.
@@ -60,6 +69,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--scrape-interval must be > 0 (got %s)", c.ScrapeInterval)
 	case c.Log == nil:
 		return errors.New("a logger is required")
+	case c.TakeoverHold < 0:
+		return fmt.Errorf("--takeover-hold must be >= 0 (got %s)", c.TakeoverHold)
+	}
+	if c.Leader != nil {
+		if err := c.Leader.Validate(); err != nil {
+			return err
+		}
 	}
 	if err := c.Signals.Validate(); err != nil {
 		return err
@@ -74,6 +90,7 @@ type Server struct {
 	metrics *metrics
 	reports *loadReports
 	signals *signals.Aggregator
+	ha      *ha
 
 	// ctlMu serializes the control loop: fleet reloads and periodic solves.
 	ctlMu sync.Mutex
@@ -140,6 +157,7 @@ func New(cfg Config) (*Server, error) {
 		opt:     opt,
 	}
 	s.metrics.reg.MustRegister(fleetCollector{s})
+	s.ha = newHA(s)
 	return s, nil
 }
 
@@ -150,12 +168,14 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.apply(ctx, f); err != nil {
-		return err
+	if f.Discovery == nil {
+		if err := s.apply(ctx, f); err != nil {
+			return err
+		}
 	}
-	xdsLn, err := net.Listen("tcp", s.cfg.XDSListen)
+	xdsLn, err := s.listenXDS()
 	if err != nil {
-		return fmt.Errorf("xds listen on %s: %w", s.cfg.XDSListen, err)
+		return err
 	}
 	httpLn, err := net.Listen("tcp", s.cfg.HTTPListen)
 	if err != nil {
@@ -180,14 +200,23 @@ func (s *Server) Run(ctx context.Context) error {
 	httpSrv := &http.Server{Handler: s.httpHandler(dashboard.HandlerWithHistory(hist)), ReadHeaderTimeout: 10 * time.Second}
 	s.cfg.Log.Info("control server listening", "xds", xdsLn.Addr().String(), "http", httpLn.Addr().String())
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- grpcSrv.Serve(xdsLn) }()
 	go func() { errc <- httpSrv.Serve(httpLn) }()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	comp := &composer{s: s}
+	if err := comp.useFile(watchCtx, f); err != nil {
+		grpcSrv.Stop()
+		_ = httpSrv.Close()
+		return err
+	}
+	if !comp.waitSynced(ctx, 30*time.Second) {
+		s.cfg.Log.Warn("kubernetes discovery has not synced after 30s; serving without discovered engines until it does")
+	}
 	go fleet.Watch(watchCtx, s.cfg.FleetPath, s.cfg.PollInterval,
 		func(f *fleet.Fleet) {
-			if err := s.apply(watchCtx, f); err != nil {
+			if err := comp.useFile(watchCtx, f); err != nil {
 				s.rejectFleet(err)
 			}
 		},
@@ -195,6 +224,11 @@ func (s *Server) Run(ctx context.Context) error {
 			s.rejectFleet(err)
 		})
 
+	go func() {
+		if err := s.ha.run(watchCtx); err != nil {
+			errc <- err
+		}
+	}()
 	go s.solveLoop(watchCtx)
 	go s.scrapeLoop(watchCtx)
 	go hist.Run(watchCtx)
@@ -246,6 +280,9 @@ func (s *Server) solveLoop(ctx context.Context) {
 		s.mu.Lock()
 		f := s.fleet
 		s.mu.Unlock()
+		if f == nil { // discovery has found no engine yet
+			continue
+		}
 		s.ctlMu.Lock()
 		if err := s.step(ctx, f, false); err != nil {
 			s.cfg.Log.Error("publishing the new solution failed; the last good snapshot stays", "err", err)
@@ -307,8 +344,9 @@ func (s *Server) step(ctx context.Context, f *fleet.Fleet, newFleet bool) error 
 	if use == nil {
 		use = prev
 	}
-	if newFleet || (res != nil && res.Changed) {
-		plan, err := xds.BuildPlan(f, weightFunc(f, use))
+	wf, holdEnded := s.ha.over(weightFunc(f, use))
+	if newFleet || holdEnded || (res != nil && res.Changed) {
+		plan, err := xds.BuildPlan(f, wf)
 		if err != nil {
 			return err
 		}

@@ -58,7 +58,11 @@ type Spec struct {
 	EnvoyConcurrency int
 	SidecarArgs      []string
 	ControlArgs      []string
-	Bootstrap        func(*bootstrap.Params) // optional edits to each node's bootstrap
+	// ControlHost, when set, is the host name the nodes (Envoy's bootstrap and the
+	// sidecars) reach the control server by, instead of its IP: it must resolve to
+	// 127.0.0.1 ("localhost").
+	ControlHost string
+	Bootstrap   func(*bootstrap.Params) // optional edits to each node's bootstrap
 	// BootstrapYAML, when set, rewrites each node's rendered bootstrap before Envoy starts
 	// (for Envoy shapes the template does not offer, such as a GIE gateway's).
 	// It gets the stack being started, whose Engines have their addresses.
@@ -259,7 +263,12 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP,
 		AccessLog: filepath.Join(s.spec.Dir, "access-"+n.Name+".jsonl")}
 	p := bootstrap.DefaultParams()
-	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = n.Name, listen, admin, s.ControlXDS, sidecar, node.AccessLog
+	control := s.ControlXDS
+	if s.spec.ControlHost != "" {
+		_, port, _ := net.SplitHostPort(control)
+		control = net.JoinHostPort(s.spec.ControlHost, port)
+	}
+	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = n.Name, listen, admin, control, sidecar, node.AccessLog
 	p.WithoutSidecar = n.WithoutSidecar
 	if s.spec.Bootstrap != nil {
 		s.spec.Bootstrap(&p)
@@ -283,7 +292,7 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		bin = n.SidecarBin
 	}
 	node.Sidecar = s.proc("sidecar-"+n.Name, bin, append([]string{"--node-id", n.Name,
-		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", s.ControlXDS,
+		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", control,
 		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}, s.spec.SidecarArgs...))
 	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",
 		"--concurrency", strconv.Itoa(s.spec.EnvoyConcurrency), "--log-level", "warn", "--file-flush-interval-msec", "50"})

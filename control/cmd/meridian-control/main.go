@@ -57,6 +57,7 @@ func main() {
 	fs.Float64Var(&rb.GenerousBelow, "retry-generous-below", rb.GenerousBelow, "utilization up to which the full retry budget applies")
 	fs.Float64Var(&rb.ZeroAt, "retry-zero-at", rb.ZeroAt, "utilization from which no budgeted retries are granted")
 	fs.StringVar(&rb.RetryOn, "retry-on", rb.RetryOn, "x-envoy-retry-on for budgeted retries (Envoy's retry conditions, comma-separated)")
+	le := addLeaderFlags(fs)
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -67,6 +68,12 @@ func main() {
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	var err error
+	if cfg.Leader, err = le.config(cfg.Log, cfg.HTTPListen); err != nil {
+		fmt.Fprintln(os.Stderr, "meridian-control:", err)
+		os.Exit(2)
+	}
+	cfg.TakeoverHold = le.hold
 	srv, err := server.New(cfg)
 	if err == nil {
 		err = srv.Run(ctx)
