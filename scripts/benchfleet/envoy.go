@@ -46,7 +46,7 @@ func baselineBootstrap(node, listen, admin, accessLog, lbPolicy string, eps []ba
 	if lbPolicy == "RING_HASH" {
 		hash = "\n                            hash_policy: [{header: {header_name: " + PrefixHeader + "}}]"
 	}
-	fmt.Fprintf(&b, `node: {id: %s, cluster: benchfleet}
+	fmt.Fprintf(&b, `node: {id: %q, cluster: benchfleet}
 admin:
   address: {socket_address: {address: %s, port_value: %d}}
 static_resources:

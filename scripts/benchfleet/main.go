@@ -105,6 +105,10 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		r := out.Configs[c]
 		fmt.Fprintf(stdout, "%-13s sent %4d  ok %4d  shed %3d  failed %3d  SLO %5.1f%%  TTFT p50 %7.1f ms  p90 %7.1f ms  KV hit %.3f  cross-region %.2f\n",
 			c, r.Sent, r.OK, r.Shed, r.Failed, 100*r.SLOAttainment, r.TTFTP50, r.TTFTP90, r.KVHitRate, r.CrossRegion)
+		if p, ok := out.Sim[c]; ok {
+			fmt.Fprintf(stdout, "  simulator (%s): shed %d failed %d  TTFT p50 %7.1f ms  p90 %7.1f ms  KV hit %.3f\n",
+				p.Policy, p.Shed, p.Failed, p.TTFTP50, p.TTFTP90, p.KVHitRate)
+		}
 	}
 	line, err := json.Marshal(out)
 	if err != nil {

@@ -45,6 +45,8 @@ type Output struct {
 	Configs         map[string]ConfigResult `json:"configs"`
 	// Ranking orders the configurations by SLO attainment, then TTFT p50.
 	Ranking []string `json:"ranking"`
+	// Sim is the simulator's prediction for the same subset, fleet and load.
+	Sim map[string]SimResult `json:"sim"`
 }
 
 // SLOReport states the SLO as applied, after time scaling.
@@ -77,6 +79,14 @@ func run(ctx context.Context, o options, stderr io.Writer) (*Output, error) {
 	}
 	log.printf("%d requests over %.1fs (%.2f req/s offered, %.2f x cold capacity %.2f req/s at speed %g), %d regions x %d engines",
 		len(w.reqs), w.span.Seconds(), w.offered, o.load, w.capacity, o.speed, o.regions, o.perRegion)
+	regions := make([]string, o.regions)
+	for i := range regions {
+		regions[i] = regionName(i)
+	}
+	simulated, err := simulate(ctx, o, w.sub, regions)
+	if err != nil {
+		return nil, err
+	}
 	dir := o.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "meridian-benchfleet-")
@@ -142,7 +152,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (*Output, error) {
 	out := &Output{Trace: displayPath(o.tracePath), Requests: len(w.reqs), Regions: o.regions, EnginesPerRegion: o.perRegion,
 		BaselineScope: o.scope, Speed: o.speed, Load: o.load, CapacityRPS: round3(w.capacity), OfferedRPS: round3(w.offered),
 		ReplaySpanS: round3(w.span.Seconds()), RTTMs: round3(o.rttMillis / o.speed), KVHitUpperBound: round3(w.upperBound),
-		Repeats: o.repeats, Configs: map[string]ConfigResult{}}
+		Repeats: o.repeats, Configs: map[string]ConfigResult{}, Sim: simulated}
 	slo := o.slo.Scaled(o.speed)
 	out.SLO = SLOReport{TTFTBaseMs: ms(slo.TTFTBase), TTFTPerTokenMs: round3(float64(slo.TTFTPerToken) / float64(time.Millisecond)),
 		ITLMeanMs: ms(slo.ITL), TimeScale: o.speed}
@@ -285,11 +295,26 @@ func (b *bench) restartEngines(ctx context.Context) error {
 		}
 	}
 	for _, e := range b.s.Engines {
-		if err := stack.WaitHTTP(ctx, "http://"+e.Address+"/health", http.StatusOK); err != nil {
-			return fmt.Errorf("engine %s: %w", e.Name, err)
+		// The engine itself first (its last --listen, behind the region-delay front), so
+		// the front is not asked while the engine is still starting.
+		for _, addr := range []string{listenAddr(e.Proc.Args), e.Address} {
+			if err := stack.WaitHTTP(ctx, "http://"+addr+"/health", http.StatusOK); err != nil {
+				return fmt.Errorf("engine %s: %w", e.Name, err)
+			}
 		}
 	}
 	return nil
+}
+
+// listenAddr is the value of the last --listen flag in args (a later flag wins).
+func listenAddr(args []string) string {
+	addr := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--listen" {
+			addr = args[i+1]
+		}
+	}
+	return addr
 }
 
 // runConfig replays the workload through configuration c on freshly restarted engines.

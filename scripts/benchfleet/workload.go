@@ -13,6 +13,7 @@ import (
 
 // workload is the time-scaled subset every configuration replays.
 type workload struct {
+	sub     []trace.Request // the subset as the trace has it, arrivals from 0
 	reqs    []trace.Request // arrivals already scaled to the offered rate (wall time)
 	regions []int           // region index of each request
 	// coldService is the subset's mean engine seconds per request with no cache hit, at
@@ -48,7 +49,7 @@ func buildWorkload(o options) (*workload, error) {
 	for i := range sub {
 		sub[i].Arrival -= start
 	}
-	w := &workload{}
+	w := &workload{sub: sub}
 	cfg := engine.A100Llama8B(trace.BlockTokens)
 	for _, r := range sub {
 		w.coldService += cfg.ServiceSeconds(r.InputTokens, max(r.OutputTokens, 1))
