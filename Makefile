@@ -160,3 +160,10 @@ figures-sim: sim
 # rerun its command).
 figures-splice:
 	$(FIGURES) splice $(FIG_DOCS)
+
+# meridian against Envoy's own LEAST_REQUEST and RING_HASH, through real Envoys, sidecars and
+# mock engines in two regions (about 5 minutes; last line JSON). BENCH_FLEET_ARGS passes flags,
+# e.g. BENCH_FLEET_ARGS='--repeats 3' or '--trace path/to/trace.jsonl'.
+.PHONY: bench-fleet
+bench-fleet: setup
+	bash scripts/bench-fleet.sh $(BENCH_FLEET_ARGS)

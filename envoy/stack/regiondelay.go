@@ -83,6 +83,10 @@ func (d *RegionDelay) front(ctx context.Context, e *Engine, region string, rtt R
 				return
 			}
 		}
+		// Full duplex: without it Go's HTTP/1 server, once the engine's response headers go
+		// out, drains whatever of the request body the proxy has not yet read, racing the
+		// copy to the engine; the proxy then aborts a response already under way.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		proxy.ServeHTTP(w, r)
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}

@@ -20,6 +20,8 @@ type options struct {
 	url, endpoint, model     string
 	stream, usage, ignoreEOS bool
 	headers                  headerFlag
+	prefixHeader             string
+	prefixHeaderBytes        int
 	concurrency              int
 	timeout                  time.Duration
 
@@ -103,6 +105,8 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.usage, "include-usage", true, "send stream_options.include_usage so token counts come from the server")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "send ignore_eos (vLLM extension) so the server generates exactly max_tokens")
 	fs.Var(&o.headers, "header", "extra request header name=value; repeat for several (e.g. --header x-priority=low)")
+	fs.StringVar(&o.prefixHeader, "prefix-header", "", "send this header with a hash of each prompt's first --prefix-header-bytes bytes, for proxies that hash a header (e.g. x-prefix-hash)")
+	fs.IntVar(&o.prefixHeaderBytes, "prefix-header-bytes", 4096, "prompt bytes --prefix-header hashes (the default is the sidecar's affinity depth: 16 blocks of 256 bytes)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "most requests in flight; a request due when the cap is reached waits (see client_late)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "bound on each request, from sending to the end of the response")
 
@@ -146,7 +150,7 @@ func plan(o *options) (sched iter.Seq[trace.Request], cfg load.Config, info stri
 	cfg = load.Config{
 		BaseURL: o.url, Endpoint: endpoint, Model: o.model,
 		Stream: o.stream, IncludeUsage: o.usage, IgnoreEOS: o.ignoreEOS,
-		Header: o.headers.h, Concurrency: o.concurrency, Timeout: o.timeout,
+		Header: o.headers.h, PrefixHeader: o.prefixHeader, PrefixHeaderBytes: o.prefixHeaderBytes, Concurrency: o.concurrency, Timeout: o.timeout,
 		Duration: o.duration, MaxRequests: o.count, MaxOutput: o.maxOutput,
 		Synth: syn, SLO: load.SLO{TTFT: o.sloTTFT, E2E: o.sloE2E},
 	}

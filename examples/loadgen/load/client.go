@@ -149,8 +149,8 @@ func (r *Runner) body(prompt string, maxTokens int) ([]byte, error) {
 	return json.Marshal(b)
 }
 
-// send posts body and fills res.
-func (r *Runner) send(ctx context.Context, body []byte, res *Result) {
+// send posts body, with prefix in Config.PrefixHeader when set, and fills res.
+func (r *Runner) send(ctx context.Context, body []byte, prefix string, res *Result) {
 	reqCtx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	t0 := time.Now()
@@ -166,6 +166,9 @@ func (r *Runner) send(ctx context.Context, body []byte, res *Result) {
 		req.Header = http.Header{}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.cfg.PrefixHeader != "" {
+		req.Header.Set(r.cfg.PrefixHeader, prefix)
+	}
 	if r.cfg.Stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}

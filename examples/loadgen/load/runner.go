@@ -8,10 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/meridian-router/meridian/sim/trace"
 )
@@ -30,6 +34,12 @@ type Config struct {
 	Stream, IncludeUsage, IgnoreEOS bool
 	// Header is added to every request (e.g. a priority header).
 	Header http.Header
+	// PrefixHeader, when set, names a header each request carries with a hash of the first
+	// PrefixHeaderBytes bytes of its prompt (all of a shorter prompt), in hex: requests that
+	// share that prefix share the value, so a proxy can keep prompt-prefix affinity by
+	// hashing a header (Envoy's RING_HASH or MAGLEV with a header hash policy).
+	PrefixHeader      string
+	PrefixHeaderBytes int
 	// Concurrency caps requests in flight (>= 1).
 	Concurrency int
 	// Timeout bounds each request, from sending to the end of the body.
@@ -72,6 +82,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Synth == nil {
 		errs = append(errs, errors.New("no prompt synthesizer"))
+	}
+	if c.PrefixHeader != "" && (!headerName.MatchString(c.PrefixHeader) || c.PrefixHeaderBytes < 1) {
+		errs = append(errs, fmt.Errorf("prefix header %q over %d bytes: want a header name and at least 1 byte", c.PrefixHeader, c.PrefixHeaderBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -202,11 +215,15 @@ func (r *Runner) do(ctx context.Context, req trace.Request, res Result) {
 		maxTokens = min(maxTokens, r.cfg.MaxOutput)
 	}
 	res.PromptBytes = len(prompt)
+	prefix := ""
+	if r.cfg.PrefixHeader != "" {
+		prefix = PrefixHash(prompt, r.cfg.PrefixHeaderBytes)
+	}
 	body, err := r.body(prompt, maxTokens)
 	if err != nil {
 		res.Class, res.Detail = ClassBadBody, fmt.Sprintf("encode request: %v", err)
 	} else {
-		r.send(ctx, body, &res)
+		r.send(ctx, body, prefix, &res)
 	}
 	r.record(res)
 }
@@ -229,6 +246,15 @@ func (r *Runner) record(res Result) {
 	if r.cfg.OnResult != nil {
 		r.cfg.OnResult(res)
 	}
+}
+
+// headerName is an HTTP header token (RFC 9110 section 5.1).
+var headerName = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_|~-]+$")
+
+// PrefixHash is the value of Config.PrefixHeader for prompt: the xxhash64, in hex, of its
+// first n bytes (of all of it when shorter).
+func PrefixHash(prompt string, n int) string {
+	return strconv.FormatUint(xxhash.Sum64String(prompt[:min(n, len(prompt))]), 16)
 }
 
 // Progress is a live view of a run.

@@ -375,3 +375,44 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("good config rejected: %v", err)
 	}
 }
+
+// TestPrefixHeader checks that requests sharing their first PrefixHeaderBytes prompt bytes
+// carry the same prefix header value and that the others do not.
+func TestPrefixHeader(t *testing.T) {
+	eng := &fakeEngine{name: "e1", tokens: 1}
+	cfg := testConfig(t, eng.start(t))
+	cfg.PrefixHeader, cfg.PrefixHeaderBytes = "x-prefix-hash", 2*64 // two blocks of the 64-byte synthesizer
+	reqs := []trace.Request{
+		{InputTokens: 1024, OutputTokens: 1, HashIDs: []uint64{1, 2, 3}},
+		{InputTokens: 1024, OutputTokens: 1, HashIDs: []uint64{1, 2, 4}}, // same first two blocks
+		{InputTokens: 1024, OutputTokens: 1, HashIDs: []uint64{1, 5, 3}}, // differs in the second
+		{InputTokens: 512, OutputTokens: 1, HashIDs: []uint64{1}},        // shorter than the prefix
+	}
+	if s := run(t, cfg, slices.Values(reqs)); s.OK != len(reqs) {
+		t.Fatalf("summary %+v", s)
+	}
+	bodies, _, headers := eng.seen()
+	got := make([]string, len(reqs))
+	for i, b := range bodies {
+		for j, r := range reqs {
+			if len(b.Messages) == 1 && b.Messages[0].Content == cfg.Synth.Prompt(r, 0) {
+				got[j] = headers[i].Get("x-prefix-hash")
+			}
+		}
+	}
+	for j, h := range got {
+		if h == "" {
+			t.Fatalf("request %d arrived without a prefix header (or not at all)", j)
+		}
+	}
+	if got[0] != got[1] || got[0] == got[2] || got[0] == got[3] || got[2] == got[3] {
+		t.Errorf("prefix headers %q: want requests 0 and 1 equal, every other pair different", got)
+	}
+	if want := PrefixHash(cfg.Synth.Prompt(reqs[0], 0), 128); got[0] != want {
+		t.Errorf("request 0 header %q, want PrefixHash of its prompt %q", got[0], want)
+	}
+	cfg.PrefixHeaderBytes = 0
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "prefix header") {
+		t.Errorf("Validate with 0 prefix bytes = %v, want a prefix header error", err)
+	}
+}
