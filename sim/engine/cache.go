@@ -10,6 +10,8 @@ type prefixCache struct {
 	pinned   int
 	anon     int
 	lru      lruList
+	// onEvent, when set, is told of every block entering or leaving the cache.
+	onEvent func(KVEvent)
 }
 
 type block struct {
@@ -103,6 +105,9 @@ func (c *prefixCache) evictOver() {
 		b := c.lru.head
 		c.lru.remove(b)
 		delete(c.blocks, b.hash)
+		if c.onEvent != nil {
+			c.onEvent(KVEvent{Kind: BlockRemoved, Hash: b.hash})
+		}
 	}
 }
 
@@ -117,6 +122,9 @@ func (c *prefixCache) commit(hashes []uint64) {
 		}
 		c.blocks[h] = &block{hash: h, refs: 1}
 		c.pinned++
+		if c.onEvent != nil {
+			c.onEvent(KVEvent{Kind: BlockStored, Hash: h})
+		}
 	}
 }
 

@@ -49,6 +49,42 @@ func A100Llama8B(blockTokens int) Config {
 	return c
 }
 
+// kvTokensH100x80 is the KV capacity in tokens of an H100 80GB, derived in doc.go.
+const kvTokensH100x80 = 452_000
+
+// H100Llama8B returns defaults for Llama-3.1-8B-Instruct in BF16 on one NVIDIA H100 80GB
+// SXM, derived from its datasheet exactly as A100Llama8B was from the A100's (see the
+// package documentation), with the KV cache split into blocks of blockTokens tokens.
+func H100Llama8B(blockTokens int) Config {
+	c := Config{
+		MaxNumSeqs:          256,
+		MaxBatchedTokens:    8192,
+		BlockTokens:         blockTokens,
+		PrefillTokensPerSec: 30800,
+		ContextTokensPerSec: 19.7e6,
+		StepBase:            5990 * time.Microsecond,
+		DecodeSeqCost:       130 * time.Microsecond,
+	}
+	if blockTokens > 0 {
+		c.KVBlocks = kvTokensH100x80 / blockTokens
+	}
+	return c
+}
+
+// GPUs names the calibrations Calibrated knows, in a stable order.
+var GPUs = []string{"a100-40gb", "h100-80gb"}
+
+// Calibrated returns the named GPU's calibration (one of GPUs) with blocks of blockTokens.
+func Calibrated(gpu string, blockTokens int) (Config, error) {
+	switch gpu {
+	case "a100-40gb":
+		return A100Llama8B(blockTokens), nil
+	case "h100-80gb":
+		return H100Llama8B(blockTokens), nil
+	}
+	return Config{}, fmt.Errorf("unknown GPU %q (known: %v)", gpu, GPUs)
+}
+
 // Validate reports every field that is out of range. It does not modify c.
 func (c Config) Validate() error {
 	var errs []error

@@ -49,4 +49,27 @@
 //     weights and about 2 GB of activations leaves about 20 GB, or 157,000 tokens.
 //   - Scheduler: max_num_seqs 256 and an 8192-token step budget, vLLM's usual settings for
 //     an online server with chunked prefill.
+//
+// H100Llama8B derives the same model on one NVIDIA H100 80GB SXM the same way, from the
+// NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100, H100 SXM
+// column): 989 TFLOPS dense BF16 (the sheet's 1,979 is with sparsity), 80 GB of HBM3 at
+// 3.35 TB/s. No sweep like Musgrave's was found for it, so every term is scaled from the
+// A100's by the datasheet ratios, at the A100's measured efficiencies:
+//
+//   - Prefill: 2 x 8.03e9 FLOPs per token at 50% of 989 TFLOPS gives 30,800 tokens/s.
+//   - Context read: 128 KiB per context token at 77% of 3.35 TB/s gives 19.7 million
+//     tokens/s.
+//   - Decode step: decode is memory-bound, so both terms of the A100's step (12.9 ms +
+//     0.28 ms per sequence) scale by the bandwidth ratio 1.555/3.35: 5.99 ms + 0.13 ms.
+//   - KV capacity: 90% of 80 GiB minus 16 GB of weights and about 2 GB of activations
+//     leaves about 59.3 GB, or 452,000 tokens.
+//   - Scheduler: the same max_num_seqs 256 and 8192-token step budget.
+//
+// # KV-cache events
+//
+// SetKVEvents makes the engine publish BlockStored when a computed prompt block enters its
+// prefix cache and BlockRemoved when one is evicted, as vLLM does on its KV-events socket
+// for routers that keep an index of every engine's cache (llm-d's precise prefix scorer,
+// NVIDIA Dynamo's KV router). A restarted engine is a new Engine; its owner publishes
+// AllBlocksCleared for it.
 package engine
