@@ -62,6 +62,71 @@ type Config struct {
 	// Retries is how many further engines a baseline proxy tries after a failed attempt
 	// (Envoy's num_retries).
 	Retries int
+	// Deployment is how every policy but meridian's is deployed (see Deployment); empty
+	// means DeployRegion.
+	Deployment Deployment
+	// Replicas is the number of router replicas in each pool (zero means one). Each
+	// request goes to the replica Request.Replica of its pool. DeployGlobal has one.
+	Replicas int
+	// KVEventDelay is how long an engine's KV-cache event takes to reach the routers that
+	// subscribe to them (vLLM's ZMQ publisher, then the router's event plane).
+	KVEventDelay time.Duration
+	// SLO is the per-request objective whose attainment Results report; the zero SLO
+	// measures none.
+	SLO SLO
+	// StopBelow, when positive, ends a run as soon as its SLO attainment is certain to be
+	// below it (the capacity search only needs to know that); its Result is then partial
+	// and marked Stopped.
+	StopBelow float64
+}
+
+// Deployment is how the routers of the policies that are not meridian's are deployed.
+type Deployment string
+
+const (
+	// DeployRegion is how the open routers' users deploy them: one router pool per region,
+	// routing only to that region's engines, with Config.Replicas replicas, each keeping
+	// its own state unless the project synchronizes replicas.
+	DeployRegion Deployment = "region"
+	// DeployGlobal is one pool over every engine with a single replica: the open routers'
+	// best case, which none of them ships across regions.
+	DeployGlobal Deployment = "global"
+)
+
+// Deployments lists the deployments in a stable order.
+var Deployments = []Deployment{DeployRegion, DeployGlobal}
+
+// SLO is a per-request service-level objective: a request meets it when it completes,
+// its TTFT at the client is within TTFTBase + TTFTPerToken x its prompt tokens, and its
+// mean inter-token latency is within MaxITL. Shed and failed requests miss it.
+type SLO struct {
+	TTFTBase     time.Duration
+	TTFTPerToken time.Duration
+	MaxITL       time.Duration
+}
+
+// DefaultSLO is 1 s + 0.2 ms per prompt token to the first token and 100 ms between tokens.
+func DefaultSLO() SLO {
+	return SLO{TTFTBase: time.Second, TTFTPerToken: 200 * time.Microsecond, MaxITL: 100 * time.Millisecond}
+}
+
+// set reports whether the SLO measures anything.
+func (s SLO) set() bool { return s != SLO{} }
+
+// ttftLimit is the TTFT within which a request of promptTokens meets the SLO.
+func (s SLO) ttftLimit(promptTokens int) time.Duration {
+	return s.TTFTBase + time.Duration(promptTokens)*s.TTFTPerToken
+}
+
+// replicas is the number of router replicas per pool.
+func (c *Config) replicas() int { return max(c.Replicas, 1) }
+
+// deployment is the deployment, DeployRegion when unset.
+func (c *Config) deployment() Deployment {
+	if c.Deployment == "" {
+		return DeployRegion
+	}
+	return c.Deployment
 }
 
 // DefaultRegions and DefaultRTT describe three regions with round trips typical of
@@ -135,6 +200,30 @@ func (c *Config) Validate() error {
 	}
 	if c.Retries < 0 {
 		bad("Retries", "is %d, must not be negative", c.Retries)
+	}
+	if c.Deployment != "" && !slices.Contains(Deployments, c.Deployment) {
+		bad("Deployment", "%q is not one of %v", c.Deployment, Deployments)
+	}
+	if c.Replicas < 0 {
+		bad("Replicas", "is %d, must not be negative", c.Replicas)
+	}
+	if c.Deployment == DeployGlobal && c.Replicas > 1 {
+		bad("Replicas", "is %d, but the global deployment has one replica", c.Replicas)
+	}
+	if c.KVEventDelay < 0 {
+		bad("KVEventDelay", "is %v, must not be negative", c.KVEventDelay)
+	}
+	if c.SLO.TTFTBase < 0 || c.SLO.TTFTPerToken < 0 || c.SLO.MaxITL < 0 {
+		bad("SLO", "%+v has a negative limit", c.SLO)
+	}
+	if c.SLO.set() && (c.SLO.TTFTBase+c.SLO.TTFTPerToken == 0 || c.SLO.MaxITL == 0) {
+		bad("SLO", "%+v must bound both TTFT and inter-token latency", c.SLO)
+	}
+	if c.StopBelow < 0 || c.StopBelow > 1 {
+		bad("StopBelow", "is %v, must be in [0, 1]", c.StopBelow)
+	}
+	if c.StopBelow > 0 && !c.SLO.set() {
+		bad("StopBelow", "is %v, but no SLO is set", c.StopBelow)
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,10 @@
 package sim
 
-import "time"
+import (
+	"time"
+
+	"github.com/meridian-router/meridian/sim/engine"
+)
 
 type eventKind uint8
 
@@ -13,6 +17,8 @@ const (
 	evTick                      // policy tick and health scrape
 	evSample                    // weights sample
 	evScenario                  // a scenario change
+	evKV                        // an engine's KV-cache events reach the subscribed routers
+	evScrape                    // a policy's own metrics scrape
 )
 
 // event is one scheduled happening. Which fields matter depends on kind.
@@ -24,6 +30,7 @@ type event struct {
 	gen    uint32 // engine generation, for evStepEnd
 	req    *reqState
 	action int // index into the scenario's actions
+	kv     []engine.KVEvent
 }
 
 // eventHeap is a binary min-heap on (at, seq).

@@ -21,6 +21,21 @@ type Policy interface {
 	Weights(c int, dst []float64)
 }
 
+// KVEventSubscriber is implemented by policies that index the engines' caches from their
+// KV-cache events, as vLLM publishes them. The run delivers each engine's events in order,
+// Config.KVEventDelay after they happened, to the policy's KVEvents.
+type KVEventSubscriber interface {
+	KVEvents(now time.Duration, engine int, events []engine.KVEvent)
+}
+
+// Scraper is implemented by policies that scrape the engines' metrics more often than
+// they Tick. The run calls Scrape every ScrapePeriod with the engines' up state, batch,
+// queue and KV usage (EngineView without Stats or prefix counters).
+type Scraper interface {
+	ScrapePeriod() time.Duration
+	Scrape(now time.Duration, v *View)
+}
+
 // Route is a policy's answer for one request.
 type Route struct {
 	Engines []int
@@ -82,26 +97,47 @@ type EngineView struct {
 }
 
 // PolicyNames lists the policies a run can compare, in report order.
-var PolicyNames = []string{"round-robin", "least-request", "prefix-hash", "p-controller", "meridian", "meridian-defaults"}
+var PolicyNames = []string{"round-robin", "least-request", "prefix-hash", "p-controller",
+	"llm-d", "llm-d-precise", "dynamo", "sglang", "meridian", "meridian-defaults"}
 
-// newPolicy builds the named policy for a fleet of engines across clusters.
+// newPolicy builds the named policy for a fleet of engines across clusters. Every policy
+// but meridian's is deployed by newPooled as Config.Deployment says; meridian is one
+// control server and Config.Replicas sidecars per region, and models that itself.
 func newPolicy(name string, f fleetShape, cfg *Config, w *Workload) (Policy, error) {
-	retries := cfg.Retries
 	switch name {
-	case "round-robin":
-		return newRoundRobin(f, retries), nil
-	case "least-request":
-		return newLeastRequest(f, retries), nil
-	case "prefix-hash":
-		return newPrefixHash(f, retries), nil
-	case "p-controller":
-		return newPController(f, retries), nil
 	case "meridian":
 		return newMeridian(f, cfg, w, fleetTuning(w))
 	case "meridian-defaults":
 		return newMeridian(f, cfg, w, defaultTuning(w))
 	}
-	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, PolicyNames)
+	build, ok := builderFor(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q (known: %v)", name, PolicyNames)
+	}
+	return newPooled(f, cfg, build)
+}
+
+// builderFor returns the builder of one router replica of a pooled policy.
+func builderFor(name string) (replicaBuilder, bool) {
+	switch name {
+	case "round-robin":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newRoundRobin(f, env.cfg.Retries), nil }, true
+	case "least-request":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newLeastRequest(f, env.cfg.Retries), nil }, true
+	case "prefix-hash":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newPrefixHash(f, env.cfg.Retries), nil }, true
+	case "p-controller":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newPController(f, env.cfg.Retries), nil }, true
+	case "llm-d":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newLLMD(f, env, false), nil }, true
+	case "llm-d-precise":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newLLMD(f, env, true), nil }, true
+	case "dynamo":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newDynamo(f, env), nil }, true
+	case "sglang":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newSGLang(f, env), nil }, true
+	}
+	return nil, false
 }
 
 // fleetShape is what policies know of the fleet when they are built.

@@ -35,7 +35,17 @@ type Result struct {
 	// half the L1 distance between consecutive one-second samples, summed, averaged over
 	// clusters, divided by the run's minutes.
 	WeightChurn float64 `json:"weight_churn"`
-	Retries     int     `json:"retries"`
+	// MaxShareStep is the largest share any engine's weight moved between two consecutive
+	// one-second samples, in any cluster.
+	MaxShareStep float64 `json:"max_share_step"`
+	// SLOAttainment is the fraction of requests that met Config.SLO (shed and failed ones
+	// miss); zero when no SLO was set.
+	SLOAttainment float64 `json:"slo_attainment"`
+	// Stopped marks a run ended early because its SLO attainment was certain to be below
+	// Config.StopBelow: its figures cover what happened until then, and SLOAttainment is
+	// an upper bound.
+	Stopped bool `json:"stopped,omitempty"`
+	Retries int  `json:"retries"`
 	// TooLarge counts requests no engine's KV cache could hold.
 	TooLarge int `json:"too_large"`
 
@@ -61,12 +71,37 @@ type recorder struct {
 	hitBlocks, refs   int
 	retries, tooLarge int
 	samples           []WeightSample
+	slo               SLO
+	missed            int // requests known to miss the SLO
+	good              int // requests finished that met it
+	stopped           bool
 }
 
-func newRecorder(f fleetShape) recorder { return recorder{shape: f, itl: newLogHist()} }
+func newRecorder(f fleetShape, slo SLO) recorder {
+	return recorder{shape: f, itl: newLogHist(), slo: slo}
+}
+
+// miss records that st misses the SLO (once).
+func (rc *recorder) miss(st *reqState) {
+	if !st.missed {
+		st.missed = true
+		rc.missed++
+	}
+}
+
+// certainlyBelow reports whether the SLO attainment of n requests can no longer reach target.
+func (rc *recorder) certainlyBelow(target float64, n int) bool {
+	return float64(n-rc.missed) < target*float64(n)
+}
 
 func (rc *recorder) finish(st *reqState) {
 	rc.finished++
+	if st.status != completed && rc.slo.set() {
+		rc.miss(st)
+	}
+	if st.status == completed && !st.missed {
+		rc.good++
+	}
 	rc.refs += len(st.r.Blocks)
 	switch st.status {
 	case completed:
@@ -102,12 +137,20 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 		TTFTP50: ms(rc.ttft, 50), TTFTP90: ms(rc.ttft, 90), TTFTP99: ms(rc.ttft, 99),
 		ITLP50: 1000 * rc.itl.quantile(0.50), ITLP99: 1000 * rc.itl.quantile(0.99),
 		E2EP99: ms(rc.e2e, 99), KVHitUpperBound: w.UpperBound,
-		WeightChurn: churn(rc.samples, w.Span), Retries: rc.retries, TooLarge: rc.tooLarge,
+		WeightChurn: churn(rc.samples, w.Span), MaxShareStep: maxShareStep(rc.samples),
+		Stopped: rc.stopped, Retries: rc.retries, TooLarge: rc.tooLarge,
 		TTFTs: rc.ttft, Samples: rc.samples,
 	}
 	slo := cfg.TTFTSLO.Seconds()
 	good, _ := slices.BinarySearch(rc.ttft, math.Nextafter(slo, math.Inf(1)))
 	res.GoodputRPS = float64(good) / w.Span.Seconds()
+	if rc.slo.set() && n > 0 {
+		// Requests never finished (the drain limit) miss too.
+		res.SLOAttainment = float64(rc.good) / float64(n)
+		if rc.stopped {
+			res.SLOAttainment = float64(n-rc.missed) / float64(n)
+		}
+	}
 	if refs := blockRefs(w.Requests); refs > 0 {
 		res.KVHitRate = float64(rc.hitBlocks) / float64(refs)
 	}
@@ -140,6 +183,20 @@ func churn(samples []WeightSample, span time.Duration) float64 {
 	}
 	clusters := float64(len(samples[0].W))
 	return moved / clusters / span.Minutes()
+}
+
+// maxShareStep is the largest move of one engine's share between consecutive samples.
+func maxShareStep(samples []WeightSample) float64 {
+	step := 0.0
+	for i := 1; i < len(samples); i++ {
+		for c, w := range samples[i].W {
+			prev := samples[i-1].W[c]
+			for e := range w {
+				step = max(step, math.Abs(w[e]-prev[e]))
+			}
+		}
+	}
+	return step
 }
 
 // logHist is a histogram with buckets 1% wide on a log scale from 1 µs to about 3 hours,

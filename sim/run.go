@@ -39,6 +39,7 @@ type reqState struct {
 	finish     time.Duration // at the client
 	lastToken  time.Duration // at the engine, for inter-token gaps
 	hitBlocks  int
+	missed     bool // known to miss the SLO
 }
 
 // slot is one engine of the fleet and what the run knows about it.
@@ -49,6 +50,7 @@ type slot struct {
 	stepping bool
 	gen      uint32 // bumped when the engine goes down, to drop its pending step
 	active   map[*engine.Request]*reqState
+	kvBuf    []engine.KVEvent // events not yet sent on
 }
 
 // run simulates one policy over one workload.
@@ -65,6 +67,31 @@ type run struct {
 	view     View
 	rec      recorder
 	progress *atomic.Int64 // virtual nanoseconds done, read by the progress reporter
+	kvSub    KVEventSubscriber
+	kvDirty  []int // slots with buffered KV events
+	scraper  Scraper
+	scrape   View // the light view Scrape gets
+}
+
+// feeds returns what optional feeds policy p subscribes to.
+func feeds(p Policy) (KVEventSubscriber, Scraper) {
+	kv, _ := p.(KVEventSubscriber)
+	sc, _ := p.(Scraper)
+	if w, ok := p.(interface {
+		wants() (kv bool, scrape time.Duration)
+	}); ok {
+		wantKV, every := w.wants()
+		if !wantKV {
+			kv = nil
+		}
+		if every <= 0 {
+			sc = nil
+		}
+	}
+	if sc != nil && sc.ScrapePeriod() <= 0 {
+		sc = nil
+	}
+	return kv, sc
 }
 
 func newRun(cfg *Config, w *Workload, name string, progress *atomic.Int64) (*run, error) {
@@ -74,13 +101,16 @@ func newRun(cfg *Config, w *Workload, name string, progress *atomic.Int64) (*run
 		return nil, err
 	}
 	r := &run{cfg: cfg, w: w, policy: p, name: name, progress: progress}
+	r.kvSub, r.scraper = feeds(p)
 	for e := range shape.engines {
 		eng, err := engine.New(cfg.Engine)
 		if err != nil {
 			return nil, err
 		}
-		r.slots = append(r.slots, &slot{eng: eng, region: e / cfg.EnginesPerRegion, up: true,
-			active: make(map[*engine.Request]*reqState)})
+		s := &slot{eng: eng, region: e / cfg.EnginesPerRegion, up: true,
+			active: make(map[*engine.Request]*reqState)}
+		r.slots = append(r.slots, s)
+		r.subscribe(e)
 	}
 	r.view = View{Engines: make([]EngineView, shape.engines), Capacity: w.Capacity / float64(shape.engines)}
 	for c := range shape.clusters {
@@ -94,8 +124,34 @@ func newRun(cfg *Config, w *Workload, name string, progress *atomic.Int64) (*run
 		r.view.Region = append(r.view.Region, s.region)
 	}
 	r.states = make([]reqState, len(w.Requests))
-	r.rec = newRecorder(shape)
+	r.rec = newRecorder(shape, cfg.SLO)
+	r.scrape = View{Engines: make([]EngineView, shape.engines), RTT: r.view.RTT, Region: r.view.Region,
+		Capacity: r.view.Capacity}
 	return r, nil
+}
+
+// subscribe buffers engine e's KV events for the policy, if it wants them.
+func (r *run) subscribe(e int) {
+	if r.kvSub == nil {
+		return
+	}
+	s := r.slots[e]
+	s.eng.SetKVEvents(func(ev engine.KVEvent) {
+		if len(s.kvBuf) == 0 {
+			r.kvDirty = append(r.kvDirty, e)
+		}
+		s.kvBuf = append(s.kvBuf, ev)
+	})
+}
+
+// flushKV sends the events buffered while handling one event on their way.
+func (r *run) flushKV() {
+	for _, e := range r.kvDirty {
+		s := r.slots[e]
+		r.events.push(event{at: r.now + r.cfg.KVEventDelay, kind: evKV, engine: e, kv: s.kvBuf})
+		s.kvBuf = nil
+	}
+	r.kvDirty = r.kvDirty[:0]
 }
 
 func (r *run) rtt(c, e int) time.Duration { return r.view.RTT[c][e] }
@@ -105,6 +161,9 @@ func (r *run) simulate(ctx context.Context) error {
 	// The first tick comes first: a sidecar serves only once it has its first weights.
 	r.events.push(event{at: 0, kind: evTick})
 	r.events.push(event{at: 0, kind: evSample})
+	if r.scraper != nil {
+		r.events.push(event{at: 0, kind: evScrape})
+	}
 	for i := range r.w.Requests {
 		r.states[i].r = &r.w.Requests[i]
 		r.events.push(event{at: r.w.Requests[i].Arrival, kind: evArrival, req: &r.states[i]})
@@ -126,7 +185,12 @@ func (r *run) simulate(ctx context.Context) error {
 			r.progress.Store(int64(r.now))
 		}
 		r.handle(ev)
+		r.flushKV()
 		if r.done() {
+			break
+		}
+		if r.cfg.StopBelow > 0 && r.rec.certainlyBelow(r.cfg.StopBelow, len(r.states)) {
+			r.rec.stopped = true
 			break
 		}
 	}
@@ -161,6 +225,18 @@ func (r *run) handle(ev event) {
 		r.events.push(event{at: r.now + samplePeriod, kind: evSample})
 	case evScenario:
 		r.apply(r.w.Actions[ev.action])
+	case evKV:
+		r.kvSub.KVEvents(r.now, ev.engine, ev.kv)
+	case evScrape:
+		for e, s := range r.slots {
+			v := EngineView{Up: s.up}
+			if s.up {
+				v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
+			}
+			r.scrape.Engines[e] = v
+		}
+		r.scraper.Scrape(r.now, &r.scrape)
+		r.events.push(event{at: r.now + r.scraper.ScrapePeriod(), kind: evScrape})
 	}
 }
 
@@ -243,6 +319,9 @@ func (r *run) FirstToken(er *engine.Request, at time.Duration) {
 	st.firstToken = at + r.rtt(st.r.Cluster, st.engine)/2
 	st.lastToken = at
 	st.hitBlocks = er.CachedBlocks
+	if r.cfg.SLO.set() && st.firstToken-st.r.Arrival > r.cfg.SLO.ttftLimit(st.r.InputTokens) {
+		r.rec.miss(st)
+	}
 	r.policy.Observe(r.now, Outcome{Kind: FirstToken, Request: st.r, Engine: st.engine,
 		TTFT: st.firstToken - st.r.Arrival, CachedBlocks: er.CachedBlocks})
 }
@@ -261,6 +340,9 @@ func (r *run) Finished(er *engine.Request, at time.Duration) {
 	var itl time.Duration
 	if er.Generated > 1 {
 		itl = (at - (st.firstToken - half)) / time.Duration(er.Generated-1)
+	}
+	if r.cfg.SLO.set() && itl > r.cfg.SLO.MaxITL {
+		r.rec.miss(st)
 	}
 	r.policy.Observe(r.now, Outcome{Kind: Done, Request: st.r, Engine: st.engine, ITL: itl})
 	r.end(st, completed)
@@ -319,4 +401,12 @@ func (r *run) down(e int) {
 	}
 	eng, _ := engine.New(r.cfg.Engine) // the config was validated when the run was built
 	s.eng = eng
+	if r.kvSub != nil {
+		// The restarted engine's publisher starts with AllBlocksCleared, as vLLM's does.
+		if len(s.kvBuf) == 0 {
+			r.kvDirty = append(r.kvDirty, e)
+		}
+		s.kvBuf = append(s.kvBuf, engine.KVEvent{Kind: engine.AllBlocksCleared})
+		r.subscribe(e)
+	}
 }

@@ -54,7 +54,7 @@ func testSimConfig(t *testing.T, tr string, sc Scenario) *Config {
 	ecfg.KVBlocks = 200
 	return &Config{Trace: reqs, Regions: DefaultRegions, EnginesPerRegion: 2, RTT: DefaultRTT(),
 		Engine: ecfg, Load: 0.7, Scenario: sc, Policies: PolicyNames, Seed: 7,
-		TTFTSLO: 10 * time.Second, Retries: 1}
+		TTFTSLO: 10 * time.Second, Retries: 1, Deployment: DeployGlobal}
 }
 
 func byPolicy(t *testing.T, results []Result) map[string]Result {

@@ -24,6 +24,9 @@ type Request struct {
 	// the sidecar's affinity depth (see keyBlocks), so every request sharing that prefix
 	// shares it. Requests without blocks get a unique key.
 	Key uint64
+	// Replica is the router replica of the request's pool that receives it, drawn per
+	// request (seeded) in [0, Config.Replicas): a load balancer in front of the replicas.
+	Replica int
 }
 
 // Workload is the arrivals every policy of a run replays, with what the scenario does.
@@ -107,6 +110,7 @@ func (c *Config) newRequest(id int, r trace.Request, keyBlocks int) Request {
 	}
 	// A conversation (same first block) always enters through the same region.
 	req.Cluster = int(mix(conv, c.Seed^0x5eed) % uint64(len(c.Regions)))
+	req.Replica = c.replicaOf(id)
 	return req
 }
 
@@ -135,6 +139,7 @@ func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Durat
 		} else {
 			e.Key = mix(uint64(e.ID)|1<<63, c.Seed)
 		}
+		e.Replica = c.replicaOf(e.ID)
 		extra = append(extra, e)
 	}
 	out := append(reqs, extra...)
@@ -143,6 +148,11 @@ func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Durat
 		out[i].ID = i
 	}
 	return out
+}
+
+// replicaOf draws the router replica of the request numbered id.
+func (c *Config) replicaOf(id int) int {
+	return int(mix(uint64(id), c.Seed^0x4e911ca) % uint64(c.replicas()))
 }
 
 func (c *Config) actions(span time.Duration) []Action {
