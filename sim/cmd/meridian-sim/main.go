@@ -29,13 +29,25 @@ type options struct {
 	out        string
 	perRegion  int
 	seed       uint64
-	slo        time.Duration
+	goodputSLO time.Duration
 	retries    int
 	sample     float64
 	first      int
 	kvTokens   int
 	quiet      bool
 	commandRec string
+
+	gpu         string
+	deployments []sim.Deployment
+	replicas    int
+	kvDelay     time.Duration
+	slo         sim.SLO
+	capacity    bool
+	target      float64
+	precision   float64
+	startLoad   float64
+	maxRuns     int
+	workers     int
 }
 
 const usage = `Usage: meridian-sim --trace FILE [flags]
@@ -52,8 +64,20 @@ Scenarios (changes start at 1/3 of the run and end at 2/3):
   slow-engine  engine 0 becomes 5x slower (from 1/3 on)
   overload     offered load is 1.5x capacity (ignores --load)
 
+Deployment: every policy but meridian's runs as its users deploy it. --deployment region
+(the default) gives each region its own router pool over that region's engines only, with
+--replicas replicas each keeping its own state; a request goes to a random replica of its
+region. --deployment global is one pool over all engines with one replica. meridian is one
+control server with --replicas sidecars per region under either.
+
 Output (--out DIR): results.json (one object per policy), report.md (a table), ttft_cdf.png
 and weights.png; with several scenarios, one subdirectory each and a combined report.md.
+
+--capacity instead searches, for each policy and each --deployment (comma-separated), the
+highest offered rate at which --slo-target of the requests meet the SLO (TTFT <= --slo-ttft
++ --slo-ttft-per-token x prompt tokens, mean inter-token latency <= --slo-itl; shed and
+failed requests miss), by doubling/halving then bisecting the rate, --workers runs at a
+time, and writes capacity.json, capacity.md, capacity_slo.png and capacity_ttft.png.
 
 Flags:
 `
@@ -72,12 +96,27 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "", "directory for results.json, report.md and plots (none: table on stdout only)")
 	fs.IntVar(&o.perRegion, "engines-per-region", 4, "engines in each of the 3 regions")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for region assignment and scenario extras")
-	fs.DurationVar(&o.slo, "ttft-slo", 10*time.Second, "TTFT under which a completed request counts as goodput")
+	fs.DurationVar(&o.goodputSLO, "ttft-slo", 10*time.Second, "TTFT under which a completed request counts as goodput")
 	fs.IntVar(&o.retries, "retries", 1, "retries a baseline proxy makes on another engine after a failure")
 	fs.Float64Var(&o.sample, "sample", 1, "keep each trace request with this probability (before rescaling to --load)")
 	fs.IntVar(&o.first, "first", 0, "use only the first N requests of the trace (0: all)")
-	fs.IntVar(&o.kvTokens, "kv-tokens", 0, "KV cache per engine in tokens (0: the calibrated A100 40GB figure)")
-	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	fs.IntVar(&o.kvTokens, "kv-tokens", 0, "KV cache per engine in tokens (0: the --gpu calibration's figure)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress on stderr")
+	fs.StringVar(&o.gpu, "gpu", "a100-40gb", "engine calibration: "+strings.Join(engine.GPUs, " or "))
+	var deployments string
+	fs.StringVar(&deployments, "deployment", string(sim.DeployRegion), "router deployment: region or global (--capacity: a comma-separated list)")
+	fs.IntVar(&o.replicas, "replicas", 4, "router replicas (and meridian sidecars) per region pool")
+	fs.DurationVar(&o.kvDelay, "kv-event-delay", 50*time.Millisecond, "time from an engine's KV-cache event to the routers subscribed to it")
+	def := sim.DefaultSLO()
+	fs.DurationVar(&o.slo.TTFTBase, "slo-ttft", def.TTFTBase, "SLO: fixed TTFT allowance")
+	fs.DurationVar(&o.slo.TTFTPerToken, "slo-ttft-per-token", def.TTFTPerToken, "SLO: TTFT allowance per prompt token")
+	fs.DurationVar(&o.slo.MaxITL, "slo-itl", def.MaxITL, "SLO: mean inter-token latency bound")
+	fs.BoolVar(&o.capacity, "capacity", false, "search each policy's capacity at the SLO instead of running --load")
+	fs.Float64Var(&o.target, "slo-target", 0.9, "--capacity: fraction of requests that must meet the SLO")
+	fs.Float64Var(&o.precision, "capacity-precision", 0.05, "--capacity: relative width at which a search stops")
+	fs.Float64Var(&o.startLoad, "capacity-start", 0.5, "--capacity: first rate tried, as a fraction of cold capacity")
+	fs.IntVar(&o.maxRuns, "capacity-runs", 12, "--capacity: most runs per search")
+	fs.IntVar(&o.workers, "workers", 2, "--capacity: runs at a time")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -95,6 +134,27 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if !(o.sample > 0 && o.sample <= 1) {
 		return o, fmt.Errorf("--sample %v must be in (0, 1]", o.sample)
+	}
+	if !contains(engine.GPUs, o.gpu) {
+		return o, fmt.Errorf("--gpu %q is not one of %s", o.gpu, strings.Join(engine.GPUs, ", "))
+	}
+	for _, d := range strings.Split(deployments, ",") {
+		dep := sim.Deployment(strings.TrimSpace(d))
+		if !contains(sim.Deployments, dep) {
+			return o, fmt.Errorf("--deployment: %q is not region or global", dep)
+		}
+		if !contains(o.deployments, dep) {
+			o.deployments = append(o.deployments, dep)
+		}
+	}
+	if len(o.deployments) > 1 && !o.capacity {
+		return o, errors.New("--deployment takes several values only with --capacity")
+	}
+	if o.replicas < 1 {
+		return o, fmt.Errorf("--replicas %d must be at least 1", o.replicas)
+	}
+	if o.capacity && len(o.scenarios) > 1 {
+		return o, errors.New("--capacity measures one scenario at a time")
 	}
 	o.commandRec = "meridian-sim " + strings.Join(args, " ")
 	return o, nil
@@ -172,24 +232,36 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ecfg := engine.A100Llama8B(trace.BlockTokens)
+	ecfg, err := engine.Calibrated(o.gpu, trace.BlockTokens)
+	if err != nil {
+		return err
+	}
 	if o.kvTokens > 0 {
 		ecfg.KVBlocks = o.kvTokens / trace.BlockTokens
 	}
+	base := sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
+		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
+		Seed: o.seed, TTFTSLO: o.goodputSLO, Retries: o.retries, Deployment: o.deployments[0],
+		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo}
+	if base.Deployment == sim.DeployGlobal {
+		base.Replicas = 1
+	}
+	if o.capacity {
+		return runCapacity(ctx, o, base, stdout, stderr)
+	}
 	var all []scenarioResult
 	for _, sc := range o.scenarios {
-		cfg := &sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
-			RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: sc, Policies: o.policies,
-			Seed: o.seed, TTFTSLO: o.slo, Retries: o.retries}
+		cfg := base
+		cfg.Scenario = sc
 		start := time.Now()
-		res, w, err := sim.Run(ctx, cfg, progressLine(stderr, sc, o.quiet), 500*time.Millisecond)
+		res, w, err := sim.Run(ctx, &cfg, progressLine(stderr, sc, o.quiet), 500*time.Millisecond)
 		if !o.quiet {
 			fmt.Fprintln(stderr)
 		}
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", sc, err)
 		}
-		r := scenarioResult{scenario: sc, results: res, workload: w, cfg: cfg, wall: time.Since(start)}
+		r := scenarioResult{scenario: sc, results: res, workload: w, cfg: &cfg, wall: time.Since(start)}
 		all = append(all, r)
 		fmt.Fprint(stdout, sim.Table(res, w))
 		if o.out != "" {
@@ -197,7 +269,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			if len(o.scenarios) > 1 {
 				dir = filepath.Join(o.out, string(sc))
 			}
-			if err := sim.WriteOutputs(dir, res, w, cfg, o.commandRec, r.wall); err != nil {
+			if err := sim.WriteOutputs(dir, res, w, &cfg, o.commandRec, r.wall); err != nil {
 				return err
 			}
 		}
@@ -248,6 +320,48 @@ func writeSummary(o options, all []scenarioResult) error {
 	path := filepath.Join(o.out, "report.md")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// runCapacity runs the capacity search and writes its outputs.
+func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr io.Writer) error {
+	cc := sim.DefaultCapacityConfig(base)
+	cc.Policies, cc.Deployments, cc.Replicas = o.policies, o.deployments, o.replicas
+	cc.Target, cc.Precision, cc.StartLoad, cc.MaxRuns, cc.Workers = o.target, o.precision, o.startLoad, o.maxRuns, o.workers
+	if err := cc.Validate(); err != nil {
+		return err
+	}
+	w, err := sim.BuildWorkload(&base)
+	if err != nil {
+		return err
+	}
+	var progress func(sim.CapacityProgress)
+	if !o.quiet {
+		fmt.Fprintf(stderr, "capacity search: %d policies x %d deployments, at most %d runs each, %d at a time\n",
+			len(cc.Policies), len(cc.Deployments), cc.MaxRuns, cc.Workers)
+		progress = func(p sim.CapacityProgress) {
+			verdict := "miss"
+			if p.Point.Pass {
+				verdict = "pass"
+			}
+			stopped := ""
+			if p.Point.Stopped {
+				stopped = " (stopped early)"
+			}
+			fmt.Fprintf(stderr, "[run %3d, %d/%d searches done, %v] %-18s %-6s %7.3f req/s (%.3f x cold): attainment %.3f %s%s in %v\n",
+				p.Done, p.SearchesDone, p.SearchesOf, p.Elapsed.Round(time.Second), p.Policy, p.Deployment,
+				p.Point.OfferedRPS, p.Point.Load, p.Point.SLOAttainment, verdict, stopped, p.RunWall.Round(100*time.Millisecond))
+		}
+	}
+	start := time.Now()
+	caps, err := sim.RunCapacity(ctx, cc, progress)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, sim.CapacityTable(caps))
+	if o.out != "" {
+		return sim.WriteCapacity(o.out, caps, &cc, w, o.commandRec, time.Since(start))
 	}
 	return nil
 }

@@ -94,3 +94,67 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestCapacityWritesJSONAndPlots(t *testing.T) {
+	out := t.TempDir()
+	var stderr bytes.Buffer
+	o, err := parseFlags([]string{"--trace", writeTrace(t, 150), "--out", out, "--capacity",
+		"--policies", "round-robin,dynamo,meridian", "--deployment", "region,global", "--replicas", "2",
+		"--engines-per-region", "1", "--gpu", "h100-80gb", "--capacity-runs", "4"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), o, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "[run ") {
+		t.Errorf("no progress on stderr: %q", stderr.String())
+	}
+	for _, f := range []string{"capacity.json", "capacity.md", "capacity_slo.png", "capacity_ttft.png"} {
+		if fi, err := os.Stat(filepath.Join(out, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s missing or empty: %v", f, err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(out, "capacity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []map[string]any
+	if err := json.Unmarshal(data, &caps); err != nil {
+		t.Fatal(err)
+	}
+	if len(caps) != 6 {
+		t.Fatalf("%d objects for 3 policies x 2 deployments", len(caps))
+	}
+	required := []string{"policy", "deployment", "replicas", "capacity_rps", "slo_attainment", "kv_hit_rate",
+		"kv_hit_upper_bound", "shed_rate", "weight_churn", "max_share_step"}
+	for _, c := range caps {
+		for _, k := range required {
+			if _, ok := c[k]; !ok {
+				t.Errorf("%v lacks %s", c["policy"], k)
+			}
+		}
+		want := 2.0
+		if c["deployment"] == "global" {
+			want = 1
+		}
+		if c["replicas"] != want {
+			t.Errorf("%v %v: replicas %v, want %v", c["policy"], c["deployment"], c["replicas"], want)
+		}
+	}
+}
+
+func TestCapacityFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--trace", "x", "--gpu", "v100"},
+		{"--trace", "x", "--deployment", "region,global"}, // several only with --capacity
+		{"--trace", "x", "--deployment", "planet"},
+		{"--trace", "x", "--replicas", "0"},
+		{"--trace", "x", "--capacity", "--scenario", "steady,step"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}

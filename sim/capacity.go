@@ -1,0 +1,322 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CapacityConfig is a capacity search: for each policy and deployment, the highest offered
+// request rate at which at least Target of the requests meet Base.SLO.
+type CapacityConfig struct {
+	// Base is the simulation every run starts from: trace, fleet, engine, scenario, SLO,
+	// seed. Its Load, Policies, Deployment, Replicas and StopBelow are set per run.
+	Base Config
+	// Policies and Deployments are searched in every combination.
+	Policies    []string
+	Deployments []Deployment
+	// Replicas is the router replicas per region pool in DeployRegion (DeployGlobal has 1).
+	Replicas int
+	// Target is the SLO attainment a rate must reach (0.9).
+	Target float64
+	// StartLoad is the first rate tried, as a fraction of the fleet's cold capacity.
+	StartLoad float64
+	// Precision ends a search when the passing and failing rates are within this
+	// relative distance (0.05: 5%).
+	Precision float64
+	// MaxRuns bounds the runs of one search.
+	MaxRuns int
+	// Workers is how many runs go at once (runs are independent; one per core).
+	Workers int
+}
+
+// DefaultCapacityConfig returns a search over base with the issue's parameters.
+func DefaultCapacityConfig(base Config) CapacityConfig {
+	return CapacityConfig{Base: base, Policies: PolicyNames, Deployments: []Deployment{DeployRegion},
+		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.05, MaxRuns: 12, Workers: 2}
+}
+
+// Search bounds on the offered load, as a fraction of cold capacity.
+const (
+	minSearchLoad = 1.0 / 256
+	maxSearchLoad = 64
+)
+
+// Validate reports every problem with c. It does not modify c.
+func (c *CapacityConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("capacity config: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if !c.Base.SLO.set() {
+		bad("Base.SLO", "is not set; capacity is measured at an SLO")
+	}
+	if len(c.Policies) == 0 {
+		bad("Policies", "is empty")
+	}
+	for _, p := range c.Policies {
+		if !slices.Contains(PolicyNames, p) {
+			bad("Policies", "%q is not one of %v", p, PolicyNames)
+		}
+	}
+	if len(c.Deployments) == 0 {
+		bad("Deployments", "is empty")
+	}
+	for _, d := range c.Deployments {
+		if !slices.Contains(Deployments, d) {
+			bad("Deployments", "%q is not one of %v", d, Deployments)
+		}
+	}
+	if c.Replicas < 1 {
+		bad("Replicas", "is %d, must be at least 1", c.Replicas)
+	}
+	if !(c.Target > 0 && c.Target <= 1) {
+		bad("Target", "is %v, must be in (0, 1]", c.Target)
+	}
+	if !(c.StartLoad >= minSearchLoad && c.StartLoad <= maxSearchLoad) {
+		bad("StartLoad", "is %v, must be in [%v, %v]", c.StartLoad, minSearchLoad, maxSearchLoad)
+	}
+	if !(c.Precision > 0 && c.Precision < 1) {
+		bad("Precision", "is %v, must be in (0, 1)", c.Precision)
+	}
+	if c.MaxRuns < 2 {
+		bad("MaxRuns", "is %d, must be at least 2", c.MaxRuns)
+	}
+	if c.Workers < 1 {
+		bad("Workers", "is %d, must be at least 1", c.Workers)
+	}
+	return errors.Join(errs...)
+}
+
+// CapacityPoint is one run of a search.
+type CapacityPoint struct {
+	OfferedRPS    float64 `json:"offered_rps"`
+	Load          float64 `json:"load"`
+	SLOAttainment float64 `json:"slo_attainment"`
+	TTFTP50       float64 `json:"ttft_p50_ms"`
+	TTFTP90       float64 `json:"ttft_p90_ms"`
+	// Stopped: the run ended once its attainment was certain to miss the target, so its
+	// attainment is an upper bound and its latencies cover what finished by then.
+	Stopped bool `json:"stopped,omitempty"`
+	Pass    bool `json:"pass"`
+}
+
+// Capacity is one policy's capacity at the SLO under one deployment, and what was
+// measured at that rate. The JSON names are capacity.json's.
+type Capacity struct {
+	Policy     string `json:"policy"`
+	Deployment string `json:"deployment"`
+	Replicas   int    `json:"replicas"`
+	// CapacityRPS is the highest offered rate found to meet the target (0 if even the
+	// lowest rate tried missed); CapacityLoad is it as a fraction of cold capacity.
+	CapacityRPS  float64 `json:"capacity_rps"`
+	CapacityLoad float64 `json:"capacity_load"`
+	// Bracketed is false when no rate up to the search's bound failed: the capacity is
+	// then at least CapacityRPS.
+	Bracketed       bool    `json:"bracketed"`
+	SLOAttainment   float64 `json:"slo_attainment"`
+	KVHitRate       float64 `json:"kv_hit_rate"`
+	KVHitUpperBound float64 `json:"kv_hit_upper_bound"`
+	ShedRate        float64 `json:"shed_rate"`
+	WeightChurn     float64 `json:"weight_churn"`
+	MaxShareStep    float64 `json:"max_share_step"`
+	TTFTP50         float64 `json:"ttft_p50_ms"`
+	TTFTP90         float64 `json:"ttft_p90_ms"`
+	ITLP50          float64 `json:"itl_p50_ms"`
+	// Points are the runs of the search in rate order.
+	Points []CapacityPoint `json:"points"`
+}
+
+// CapacityProgress reports one finished run of a capacity search.
+type CapacityProgress struct {
+	Done                     int // runs finished, over all searches
+	Policy                   string
+	Deployment               Deployment
+	Point                    CapacityPoint
+	Elapsed, RunWall         time.Duration
+	SearchesDone, SearchesOf int
+}
+
+// RunCapacity runs every search of c, Workers runs at a time, and returns one Capacity
+// per policy and deployment in c's order. progress, when non-nil, is called after each
+// run from the goroutine that ran it (calls do not overlap).
+func RunCapacity(ctx context.Context, c CapacityConfig, progress func(CapacityProgress)) ([]Capacity, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	type job struct {
+		policy string
+		dep    Deployment
+	}
+	var jobs []job
+	for _, d := range c.Deployments {
+		for _, p := range c.Policies {
+			jobs = append(jobs, job{p, d})
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, c.Workers)
+	start := time.Now()
+	var (
+		mu          sync.Mutex
+		done, sdone int
+		out         = make([]Capacity, len(jobs))
+		errs        = make([]error, len(jobs))
+		wg          sync.WaitGroup
+	)
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := &search{c: &c, policy: j.policy, dep: j.dep, sem: sem}
+			s.onRun = func(pt CapacityPoint, wall time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				done++
+				if progress != nil {
+					progress(CapacityProgress{Done: done, Policy: j.policy, Deployment: j.dep, Point: pt,
+						Elapsed: time.Since(start), RunWall: wall, SearchesDone: sdone, SearchesOf: len(jobs)})
+				}
+			}
+			out[i], errs[i] = s.run(ctx)
+			if errs[i] != nil {
+				cancel()
+			}
+			mu.Lock()
+			sdone++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("capacity of %s (%s): %w", jobs[i].policy, jobs[i].dep, err)
+		}
+	}
+	return out, nil
+}
+
+// search is one policy's bounded search under one deployment: double or halve the load
+// from StartLoad until a passing and a failing rate bracket the capacity, then bisect
+// (geometrically) until they are within Precision, or MaxRuns runs are spent.
+type search struct {
+	c      *CapacityConfig
+	policy string
+	dep    Deployment
+	sem    chan struct{}
+	onRun  func(CapacityPoint, time.Duration)
+}
+
+func (s *search) run(ctx context.Context) (Capacity, error) {
+	out := Capacity{Policy: s.policy, Deployment: string(s.dep), Replicas: s.replicas()}
+	lo, hi := 0.0, math.Inf(1)
+	var best *Result
+	load := s.c.StartLoad
+	for range s.c.MaxRuns {
+		res, w, err := s.runAt(ctx, load)
+		if err != nil {
+			return out, err
+		}
+		pt := s.point(load, w, res)
+		out.Points = append(out.Points, pt)
+		out.KVHitUpperBound = res.KVHitUpperBound
+		if pt.Pass {
+			lo, best = load, &res
+			out.CapacityRPS, out.CapacityLoad = pt.OfferedRPS, load
+		} else {
+			hi = load
+		}
+		switch {
+		case lo > 0 && !math.IsInf(hi, 1):
+			if hi/lo <= 1+s.c.Precision {
+				return s.finish(out, best, true), nil
+			}
+			load = math.Sqrt(lo * hi)
+		case lo > 0:
+			if load*2 > maxSearchLoad {
+				return s.finish(out, best, false), nil
+			}
+			load *= 2
+		default:
+			if load/2 < minSearchLoad {
+				return s.finish(out, best, true), nil
+			}
+			load /= 2
+		}
+	}
+	return s.finish(out, best, lo > 0 && !math.IsInf(hi, 1)), nil
+}
+
+func (s *search) replicas() int {
+	if s.dep == DeployGlobal {
+		return 1
+	}
+	return s.c.Replicas
+}
+
+// finish fills what was measured at the capacity and sorts the points by rate.
+func (s *search) finish(out Capacity, best *Result, bracketed bool) Capacity {
+	out.Bracketed = bracketed
+	if best != nil {
+		out.SLOAttainment, out.KVHitRate, out.ShedRate = best.SLOAttainment, best.KVHitRate, best.ShedRate
+		out.WeightChurn, out.MaxShareStep = best.WeightChurn, best.MaxShareStep
+		out.TTFTP50, out.TTFTP90, out.ITLP50 = best.TTFTP50, best.TTFTP90, best.ITLP50
+	}
+	slices.SortFunc(out.Points, func(a, b CapacityPoint) int { return cmpFloat(a.Load, b.Load) })
+	return out
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// runAt simulates the search's policy at one load, holding a worker slot.
+func (s *search) runAt(ctx context.Context, load float64) (Result, *Workload, error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, nil, ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	start := time.Now()
+	cfg := s.c.Base
+	cfg.Load, cfg.Policies, cfg.Deployment, cfg.Replicas = load, []string{s.policy}, s.dep, s.replicas()
+	cfg.StopBelow = s.c.Target
+	w, err := BuildWorkload(&cfg)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	var progress atomic.Int64
+	r, err := newRun(&cfg, w, s.policy, &progress)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if err := r.simulate(ctx); err != nil {
+		return Result{}, nil, err
+	}
+	res := r.rec.result(s.policy, &cfg, w)
+	res.TTFTs, res.Samples = nil, nil
+	if s.onRun != nil {
+		s.onRun(s.point(load, w, res), time.Since(start))
+	}
+	return res, w, nil
+}
+
+// point summarizes one run.
+func (s *search) point(load float64, w *Workload, res Result) CapacityPoint {
+	return CapacityPoint{OfferedRPS: load * w.Capacity, Load: load, SLOAttainment: res.SLOAttainment,
+		TTFTP50: res.TTFTP50, TTFTP90: res.TTFTP90, Stopped: res.Stopped,
+		Pass: !res.Stopped && res.SLOAttainment >= s.c.Target}
+}

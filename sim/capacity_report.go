@@ -1,0 +1,148 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// label names a capacity's policy and deployment, as in tables and legends.
+func (c Capacity) label() string {
+	return fmt.Sprintf("%s (%s x%d)", c.Policy, c.Deployment, c.Replicas)
+}
+
+// CapacityTable renders capacities as a markdown table.
+func CapacityTable(caps []Capacity) string {
+	var b strings.Builder
+	b.WriteString("\n| policy | deployment | replicas | capacity rps | x cold | SLO attainment | KV hit | bound | shed | churn/min | max share step | TTFT p50 ms | p90 | runs |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range caps {
+		rps := fmt.Sprintf("%.3f", c.CapacityRPS)
+		if !c.Bracketed {
+			rps = ">= " + rps
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %d |\n",
+			c.Policy, c.Deployment, c.Replicas, rps, c.CapacityLoad, c.SLOAttainment, c.KVHitRate,
+			c.KVHitUpperBound, c.ShedRate, c.WeightChurn, c.MaxShareStep, c.TTFTP50, c.TTFTP90, len(c.Points))
+	}
+	return b.String()
+}
+
+// WriteCapacity writes capacity.json, capacity.md, capacity_slo.png and capacity_ttft.png
+// into dir.
+func WriteCapacity(dir string, caps []Capacity, cc *CapacityConfig, w *Workload, command string, wall time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create output directory: %w", err)
+	}
+	js, err := json.MarshalIndent(caps, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode capacities: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "capacity.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write capacity.json: %w", err)
+	}
+	var b strings.Builder
+	slo := cc.Base.SLO
+	fmt.Fprintf(&b, "# meridian-sim: capacity at the SLO\n\nCommand: `%s` (%v of wall time on this machine, %d runs at a time).\n\n",
+		command, wall.Round(time.Second), cc.Workers)
+	fmt.Fprintf(&b, "%s\n", Describe(w, &cc.Base))
+	fmt.Fprintf(&b, "Capacity is the highest offered rate at which at least %.0f%% of requests meet the SLO: TTFT at the client <= %v + %v x prompt tokens, and mean inter-token latency <= %v (shed and failed requests miss). ",
+		100*cc.Target, slo.TTFTBase, slo.TTFTPerToken, slo.MaxITL)
+	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then bisecting to %.0f%%, at most %d runs; a run stops once its attainment cannot reach the target. ",
+		cc.StartLoad, 100*cc.Precision, cc.MaxRuns)
+	b.WriteString("The other columns are measured at the capacity. \">=\" marks a search that found no failing rate.\n")
+	b.WriteString(CapacityTable(caps))
+	b.WriteString("\n![SLO attainment vs offered rate](capacity_slo.png)\n\n![TTFT vs offered rate](capacity_ttft.png)\n")
+	if err := os.WriteFile(filepath.Join(dir, "capacity.md"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write capacity.md: %w", err)
+	}
+	if err := plotAttainment(filepath.Join(dir, "capacity_slo.png"), caps, cc.Target); err != nil {
+		return err
+	}
+	return plotCapacityTTFT(filepath.Join(dir, "capacity_ttft.png"), caps)
+}
+
+// plotAttainment draws SLO attainment against offered rate, one line per search.
+func plotAttainment(path string, caps []Capacity, target float64) error {
+	p := plot.New()
+	p.Title.Text = "SLO attainment vs offered rate"
+	p.X.Label.Text = "offered rate (req/s)"
+	p.Y.Label.Text = "fraction of requests meeting the SLO"
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Top, p.Legend.Left = false, true
+	maxX := 0.0
+	for i, c := range caps {
+		pts := make(plotter.XYs, 0, len(c.Points))
+		for _, pt := range c.Points {
+			pts = append(pts, plotter.XY{X: pt.OfferedRPS, Y: pt.SLOAttainment})
+			maxX = max(maxX, pt.OfferedRPS)
+		}
+		if err := addLine(p, pts, c.label(), i, nil); err != nil {
+			return err
+		}
+	}
+	ref, err := plotter.NewLine(plotter.XYs{{X: 0, Y: target}, {X: maxX, Y: target}})
+	if err != nil {
+		return fmt.Errorf("target line: %w", err)
+	}
+	ref.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	p.Add(ref)
+	return save(p, path, 8*vg.Inch, 5*vg.Inch)
+}
+
+// plotCapacityTTFT draws TTFT p50 (solid) and p90 (dashed) against offered rate.
+func plotCapacityTTFT(path string, caps []Capacity) error {
+	p := plot.New()
+	p.Title.Text = "TTFT p50 (solid) and p90 (dashed) vs offered rate"
+	p.X.Label.Text = "offered rate (req/s)"
+	p.Y.Label.Text = "TTFT (s, log scale)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top, p.Legend.Left = true, true
+	for i, c := range caps {
+		var p50, p90 plotter.XYs
+		for _, pt := range c.Points {
+			if pt.TTFTP50 <= 0 {
+				continue
+			}
+			p50 = append(p50, plotter.XY{X: pt.OfferedRPS, Y: pt.TTFTP50 / 1000})
+			p90 = append(p90, plotter.XY{X: pt.OfferedRPS, Y: max(pt.TTFTP90, pt.TTFTP50) / 1000})
+		}
+		if err := addLine(p, p50, c.label(), i, nil); err != nil {
+			return err
+		}
+		if err := addLine(p, p90, "", i, []vg.Length{vg.Points(4), vg.Points(3)}); err != nil {
+			return err
+		}
+	}
+	return save(p, path, 8*vg.Inch, 5*vg.Inch)
+}
+
+// addLine adds a line with points in color i, to the legend when name is set.
+func addLine(p *plot.Plot, pts plotter.XYs, name string, i int, dashes []vg.Length) error {
+	if len(pts) == 0 {
+		return nil
+	}
+	line, points, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return fmt.Errorf("line %s: %w", name, err)
+	}
+	line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+	line.Width = vg.Points(1.5)
+	line.Dashes = dashes
+	points.Shape = plotutil.Shape(i / len(plotutil.DefaultColors))
+	points.Radius = vg.Points(2)
+	p.Add(line, points)
+	if name != "" {
+		p.Legend.Add(name, line)
+	}
+	return nil
+}

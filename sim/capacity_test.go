@@ -1,0 +1,114 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meridian-router/meridian/sim/engine"
+	"github.com/meridian-router/meridian/sim/trace"
+)
+
+// prefillBoundConfig is one region with one engine that prefills 1000 tokens/s, fed
+// evenly spaced 1000-token prompts with no shared prefix and one output token each: it
+// serves at most about 1 request/s (less the 10 ms step overhead), and below that a
+// request's TTFT is about 1 s. Its capacity at a 3 s TTFT SLO is therefore just under
+// 1 request/s: above it the queue grows by the excess every second.
+func prefillBoundConfig(t *testing.T) Config {
+	t.Helper()
+	var b strings.Builder
+	for i := range 240 {
+		fmt.Fprintf(&b, `{"timestamp": %d, "input_length": 1000, "output_length": 1, "hash_ids": [%d, %d]}`+"\n",
+			i*1000, 2*i, 2*i+1)
+	}
+	reqs, err := trace.Read(strings.NewReader(b.String()), "t.jsonl", trace.FormatAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg := engine.Config{MaxNumSeqs: 8, MaxBatchedTokens: 8192, BlockTokens: trace.BlockTokens,
+		KVBlocks: 1000, PrefillTokensPerSec: 1000, ContextTokensPerSec: 1e9,
+		StepBase: 10 * time.Millisecond, DecodeSeqCost: time.Millisecond}
+	return Config{Trace: reqs, Regions: []string{"r0"}, EnginesPerRegion: 1, RTT: [][]time.Duration{{0}},
+		Engine: ecfg, Load: 1, Scenario: Steady, Policies: []string{"round-robin"}, Seed: 1,
+		TTFTSLO: time.Second, Retries: 0, SLO: SLO{TTFTBase: 3 * time.Second, MaxITL: time.Second}}
+}
+
+func TestCapacitySearchFindsThePrefillBound(t *testing.T) {
+	cc := DefaultCapacityConfig(prefillBoundConfig(t))
+	cc.Policies, cc.Replicas, cc.Precision = []string{"round-robin", "least-request"}, 1, 0.02
+	var runs int
+	caps, err := RunCapacity(context.Background(), cc, func(CapacityProgress) { runs++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caps) != 2 {
+		t.Fatalf("%d capacities for 2 policies", len(caps))
+	}
+	for _, c := range caps {
+		if !c.Bracketed || c.CapacityRPS < 0.93 || c.CapacityRPS > 1.0 {
+			t.Errorf("%s: capacity %.3f req/s (bracketed %v), want just under 1: %+v", c.Policy, c.CapacityRPS, c.Bracketed, c.Points)
+		}
+		if c.SLOAttainment < cc.Target || c.Deployment != "region" || c.Replicas != 1 {
+			t.Errorf("%s: measured %+v", c.Policy, c)
+		}
+		// The point just above the capacity missed; every run was bounded.
+		above := false
+		for _, pt := range c.Points {
+			if pt.Load > c.CapacityLoad && !pt.Pass && pt.Load <= c.CapacityLoad*(1+cc.Precision)+1e-9 {
+				above = true
+			}
+		}
+		if !above || len(c.Points) > cc.MaxRuns {
+			t.Errorf("%s: no failing rate within %v above the capacity, or too many runs: %+v", c.Policy, cc.Precision, c.Points)
+		}
+	}
+	t.Logf("capacities %.3f %.3f", caps[0].CapacityRPS, caps[1].CapacityRPS)
+	if runs != len(caps[0].Points)+len(caps[1].Points) {
+		t.Errorf("progress reported %d runs of %d", runs, len(caps[0].Points)+len(caps[1].Points))
+	}
+}
+
+func TestRunStopsOnceTheSLOIsOutOfReach(t *testing.T) {
+	cfg := prefillBoundConfig(t)
+	cfg.Load = 2 // twice what the engine can prefill
+	full, _, err := Run(context.Background(), &cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StopBelow = 0.9
+	stopped, _, err := Run(context.Background(), &cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := full[0]; r.Stopped || r.SLOAttainment >= 0.5 || r.Completed != r.Requests {
+		t.Errorf("full overloaded run: %+v", r)
+	}
+	if r := stopped[0]; !r.Stopped || r.SLOAttainment >= 0.9 || r.SLOAttainment < full[0].SLOAttainment || r.Completed >= full[0].Completed {
+		t.Errorf("stopped run: stopped %v, attainment %v (full %v), completed %d (full %d)",
+			r.Stopped, r.SLOAttainment, full[0].SLOAttainment, r.Completed, full[0].Completed)
+	}
+	cfg.Load, cfg.StopBelow = 0.5, 0.9
+	easy, _, err := Run(context.Background(), &cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := easy[0]; r.Stopped || r.SLOAttainment != 1 {
+		t.Errorf("half load: stopped %v, attainment %v, want all requests within the SLO", r.Stopped, r.SLOAttainment)
+	}
+}
+
+func TestCapacityConfigValidate(t *testing.T) {
+	cc := DefaultCapacityConfig(prefillBoundConfig(t))
+	cc.Base.SLO = SLO{}
+	cc.Policies = []string{"random"}
+	cc.Deployments = []Deployment{"planet"}
+	cc.Target, cc.Workers = 1.5, 0
+	err := cc.Validate()
+	for _, field := range []string{"Base.SLO", "Policies", "Deployments", "Target", "Workers"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("error %v does not name %s", err, field)
+		}
+	}
+}
