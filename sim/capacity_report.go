@@ -53,7 +53,8 @@ func WriteCapacity(dir string, caps []Capacity, cc *CapacityConfig, w *Workload,
 	slo := cc.Base.SLO
 	fmt.Fprintf(&b, "# meridian-sim: capacity at the SLO\n\nCommand: `%s` (%v of wall time on this machine, %d runs at a time).\n\n",
 		command, wall.Round(time.Second), cc.Workers)
-	fmt.Fprintf(&b, "%s\n", Describe(w, &cc.Base))
+	fmt.Fprintf(&b, "%s Trace: %d requests. Deployments searched: %v (region pools with %d replicas).\n\n",
+		describeFleet(w, &cc.Base), len(w.Requests), cc.Deployments, cc.Replicas)
 	fmt.Fprintf(&b, "Capacity is the highest offered rate at which at least %.0f%% of requests meet the SLO: TTFT at the client <= %v + %v x prompt tokens, and mean inter-token latency <= %v (shed and failed requests miss). ",
 		100*cc.Target, slo.TTFTBase, slo.TTFTPerToken, slo.MaxITL)
 	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then bisecting to %.0f%%, at most %d runs; a run stops once its attainment cannot reach the target. ",

@@ -25,11 +25,13 @@ import (
 //     router_track_output_blocks false, router_assume_kv_reuse true,
 //     router_track_prefill_tokens true; overlap_score_credit_decay and
 //     decode_active_request_weight default to 0 (off);
-//   - docs/design-docs/router-design: active blocks are tracked by each router from its
+//   - the router design and operations docs (docs.nvidia.com/dynamo, v1.7.0, "Router
+//     Design" and "Router Operations"): active blocks are tracked by each router from its
 //     own requests (added at routing, prompt tokens leaving the prefill load at the first
-//     token, blocks freed at completion); cached blocks come from the workers' KV events,
-//     which every router replica subscribes to. Without router_replica_sync the replicas
-//     do not share their active-block counts.
+//     token, blocks freed at completion); cached blocks come from the workers' KV Stored
+//     and Removed events, which every router replica consumes into its own radix tree, so
+//     replicas share the prefix view. Without router_replica_sync (off by default) they
+//     do not share their active-block state.
 //
 // Blocks are vLLM's 16 tokens (Dynamo's vLLM default). The router-side queue
 // (router_queue_threshold 16, which holds requests while every worker has more than 16 x

@@ -27,7 +27,8 @@ import (
 //     the request's blocks for the chosen endpoint only, in a per-endpoint LRU whose
 //     capacity is autotuned to the endpoint's num_gpu_blocks (its vLLM 16-token blocks);
 //   - .../dataproducer/preciseprefixcache/README.md (commit 0539d49a): the precise producer
-//     indexes the engines' KV events (llm-d-kv-cache's default 16-token blocks), scores
+//     indexes the engines' KV events (in llm-d-kv-cache's default blocks of 16 tokens,
+//     vLLM's block size), scores
 //     each endpoint by its consecutive cached blocks from the prompt's start, and every
 //     EPP replica subscribes to the engines and builds its own index; speculative
 //     indexing is off by default;

@@ -61,14 +61,20 @@ func Report(results []Result, w *Workload, cfg *Config, command string, wall tim
 
 // Describe states the fleet and workload of a run in a few lines of markdown.
 func Describe(w *Workload, cfg *Config) string {
+	return describeFleet(w, cfg) + fmt.Sprintf(" Workload: %d requests over %v of arrivals, offered %.2f x.\n",
+		len(w.Requests), w.Span.Round(time.Second), w.Load)
+}
+
+// describeFleet states the fleet, the routers' deployment and the trace's cold capacity.
+func describeFleet(w *Workload, cfg *Config) string {
 	e := cfg.Engine
 	return fmt.Sprintf("Fleet: %d regions (%s) x %d engines, RTT matrix %v. "+
 		"Engine: max_num_seqs %d, %d-token step budget, %d KV blocks of %d tokens, prefill %.0f tokens/s, "+
-		"decode step %v + %v per sequence. Workload: %d requests over %v of arrivals, "+
-		"fleet capacity %.2f req/s (cold), offered %.2f x.\n",
+		"decode step %v + %v per sequence. Routers: %s deployment, %d replicas per pool, KV events after %v. "+
+		"Fleet capacity %.2f req/s (cold).",
 		len(cfg.Regions), strings.Join(cfg.Regions, ", "), cfg.EnginesPerRegion, rttString(cfg.RTT),
 		e.MaxNumSeqs, e.MaxBatchedTokens, e.KVBlocks, e.BlockTokens, e.PrefillTokensPerSec,
-		e.StepBase, e.DecodeSeqCost, len(w.Requests), w.Span.Round(time.Second), w.Capacity, w.Load)
+		e.StepBase, e.DecodeSeqCost, cfg.deployment(), cfg.replicas(), cfg.KVEventDelay, w.Capacity)
 }
 
 func rttString(rtt [][]time.Duration) string {

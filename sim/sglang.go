@@ -21,13 +21,17 @@ import (
 //     chosen worker's tree; a chosen worker that is unhealthy falls back to the first
 //     healthy one. Every eviction_interval_secs the trees are trimmed, least recently
 //     used leaves first, to max_tree_size characters per worker.
-//   - the router's CLI defaults (sgl-router/src/main.rs and py_src launch_router):
-//     cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5,
-//     eviction_interval 120 s, max_tree_size 67,108,864 characters.
+//   - sgl-router/src/main.rs (commit 0129b029): the defaults of the router a user launches
+//     (cache_aware policy, cache_threshold 0.3, balance_abs_threshold 64,
+//     balance_rel_threshold 1.5, eviction_interval 120 s, max_tree_size 67,108,864
+//     characters). The library's CacheAwareConfig::default (0.5, 32, 1.1, 30 s, 10,000)
+//     only applies when the policy is built from code.
 //
 // The trees here hold the trace's 512-token blocks rather than characters (a request
 // without block hashes is one unique node of its length), at 4 characters a token for
-// max_tree_size. Nothing synchronizes the trees or loads of several router replicas.
+// max_tree_size. Nothing synchronizes the trees or loads of several router replicas by
+// default (the gateway's mesh/HA sync is opt-in). Health is what every policy here sees
+// at each tick, not the router's 60 s health-check interval.
 const (
 	sglangCacheThreshold   = 0.3
 	sglangBalanceAbs       = 64

@@ -345,13 +345,13 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 			if p.Point.Pass {
 				verdict = "pass"
 			}
-			stopped := ""
+			att := fmt.Sprintf("%.3f", p.Point.SLOAttainment)
 			if p.Point.Stopped {
-				stopped = " (stopped early)"
+				att = fmt.Sprintf("< %.2f (stopped)", cc.Target)
 			}
-			fmt.Fprintf(stderr, "[run %3d, %d/%d searches done, %v] %-18s %-6s %7.3f req/s (%.3f x cold): attainment %.3f %s%s in %v\n",
+			fmt.Fprintf(stderr, "[run %3d, %d/%d searches done, %v] %-18s %-6s %7.3f req/s (%.3f x cold): attainment %s, %s, in %v\n",
 				p.Done, p.SearchesDone, p.SearchesOf, p.Elapsed.Round(time.Second), p.Policy, p.Deployment,
-				p.Point.OfferedRPS, p.Point.Load, p.Point.SLOAttainment, verdict, stopped, p.RunWall.Round(100*time.Millisecond))
+				p.Point.OfferedRPS, p.Point.Load, att, verdict, p.RunWall.Round(100*time.Millisecond))
 		}
 	}
 	start := time.Now()
