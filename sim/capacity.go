@@ -41,9 +41,11 @@ func DefaultCapacityConfig(base Config) CapacityConfig {
 		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.05, MaxRuns: 12, Workers: 2}
 }
 
-// Search bounds on the offered load, as a fraction of cold capacity.
+// Search bounds on the offered load, as a fraction of cold capacity. Below 1/16 a run's
+// virtual span (and meridian's solves) grow past what a search can afford, and a router
+// that cannot serve 6% of the fleet's cold capacity is broken, not slow.
 const (
-	minSearchLoad = 1.0 / 256
+	minSearchLoad = 1.0 / 16
 	maxSearchLoad = 64
 )
 
@@ -116,8 +118,9 @@ type Capacity struct {
 	// lowest rate tried missed); CapacityLoad is it as a fraction of cold capacity.
 	CapacityRPS  float64 `json:"capacity_rps"`
 	CapacityLoad float64 `json:"capacity_load"`
-	// Bracketed is false when no rate up to the search's bound failed: the capacity is
-	// then at least CapacityRPS.
+	// Bracketed is false when the search hit one of its bounds: no rate up to the top
+	// one failed (the capacity is at least CapacityRPS), or even the lowest rate missed
+	// (CapacityRPS is 0 and the capacity is below the lowest rate in Points).
 	Bracketed       bool    `json:"bracketed"`
 	SLOAttainment   float64 `json:"slo_attainment"`
 	KVHitRate       float64 `json:"kv_hit_rate"`
@@ -128,6 +131,10 @@ type Capacity struct {
 	TTFTP50         float64 `json:"ttft_p50_ms"`
 	TTFTP90         float64 `json:"ttft_p90_ms"`
 	ITLP50          float64 `json:"itl_p50_ms"`
+	// MissedTTFT and MissedITL count the completed requests that missed the SLO on TTFT
+	// and (with TTFT met) on inter-token latency, at the capacity.
+	MissedTTFT int `json:"missed_ttft"`
+	MissedITL  int `json:"missed_itl"`
 	// Points are the runs of the search in rate order.
 	Points []CapacityPoint `json:"points"`
 }
@@ -267,6 +274,7 @@ func (s *search) finish(out Capacity, best *Result, bracketed bool) Capacity {
 		out.SLOAttainment, out.KVHitRate, out.ShedRate = best.SLOAttainment, best.KVHitRate, best.ShedRate
 		out.WeightChurn, out.MaxShareStep = best.WeightChurn, best.MaxShareStep
 		out.TTFTP50, out.TTFTP90, out.ITLP50 = best.TTFTP50, best.TTFTP90, best.ITLP50
+		out.MissedTTFT, out.MissedITL = best.MissedTTFT, best.MissedITL
 	}
 	slices.SortFunc(out.Points, func(a, b CapacityPoint) int { return cmpFloat(a.Load, b.Load) })
 	return out

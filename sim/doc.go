@@ -14,10 +14,32 @@
 // # What a policy sees
 //
 // A Policy is what one fleet of proxies does: Route orders the engines to try for a
-// request (or sheds it), Observe learns each attempt's outcome, and Tick, every second of
+// request (or sheds it), Observe learns each attempt's outcome, and Tick, every 250 ms of
 // virtual time, sees the engines' scraped signals (up, running, waiting, KV usage) as a
-// health checker and a metrics scraper would. Baseline policies live here; the meridian
-// policy runs the real control/solver and extproc code.
+// health checker and a metrics scraper would. A policy that scrapes more often implements
+// Scraper; one that indexes the engines' caches from their KV events (BlockStored,
+// BlockRemoved, as vLLM publishes them) implements KVEventSubscriber and gets each
+// engine's events Config.KVEventDelay after they happened. Baseline policies live here;
+// the meridian policy runs the real control/solver and extproc code.
+//
+// # Deployment
+//
+// The open routers' algorithms (llm-d, llm-d-precise, dynamo, sglang; each file cites the
+// source it follows) and the simple baselines run as their users deploy them (pools.go):
+// under DeployRegion one router pool per region, routing only to that region's engines,
+// with Config.Replicas replicas that each keep their own state; a request goes to the
+// replica Request.Replica of its region, drawn per request. DeployGlobal is one pool over
+// every engine with one replica. meridian is not pooled: it is one control server and
+// Config.Replicas sidecars per region, and reads Request.Replica itself.
+//
+// # Capacity
+//
+// RunCapacity finds, per policy and deployment, the highest offered rate at which a
+// target fraction of requests meet Config.SLO (TTFT within a fixed allowance plus a
+// per-prompt-token one, and a bound on mean inter-token latency; shed and failed requests
+// miss), by a bounded doubling-then-bisection search over the rate, running independent
+// runs on a pool of workers. A run stops as soon as its attainment cannot reach the
+// target (Config.StopBelow).
 //
 // # Measures
 //

@@ -45,7 +45,11 @@ type Result struct {
 	// Config.StopBelow: its figures cover what happened until then, and SLOAttainment is
 	// an upper bound.
 	Stopped bool `json:"stopped,omitempty"`
-	Retries int  `json:"retries"`
+	// MissedTTFT and MissedITL count requests that missed the SLO on TTFT, and on mean
+	// inter-token latency with TTFT met.
+	MissedTTFT int `json:"slo_missed_ttft"`
+	MissedITL  int `json:"slo_missed_itl"`
+	Retries    int `json:"retries"`
 	// TooLarge counts requests no engine's KV cache could hold.
 	TooLarge int `json:"too_large"`
 
@@ -74,6 +78,8 @@ type recorder struct {
 	slo               SLO
 	missed            int // requests known to miss the SLO
 	good              int // requests finished that met it
+	missedTTFT        int
+	missedITL         int
 	stopped           bool
 }
 
@@ -138,7 +144,8 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 		ITLP50: 1000 * rc.itl.quantile(0.50), ITLP99: 1000 * rc.itl.quantile(0.99),
 		E2EP99: ms(rc.e2e, 99), KVHitUpperBound: w.UpperBound,
 		WeightChurn: churn(rc.samples, w.Span), MaxShareStep: maxShareStep(rc.samples),
-		Stopped: rc.stopped, Retries: rc.retries, TooLarge: rc.tooLarge,
+		Stopped: rc.stopped, MissedTTFT: rc.missedTTFT, MissedITL: rc.missedITL,
+		Retries: rc.retries, TooLarge: rc.tooLarge,
 		TTFTs: rc.ttft, Samples: rc.samples,
 	}
 	slo := cfg.TTFTSLO.Seconds()

@@ -321,6 +321,7 @@ func (r *run) FirstToken(er *engine.Request, at time.Duration) {
 	st.hitBlocks = er.CachedBlocks
 	if r.cfg.SLO.set() && st.firstToken-st.r.Arrival > r.cfg.SLO.ttftLimit(st.r.InputTokens) {
 		r.rec.miss(st)
+		r.rec.missedTTFT++
 	}
 	r.policy.Observe(r.now, Outcome{Kind: FirstToken, Request: st.r, Engine: st.engine,
 		TTFT: st.firstToken - st.r.Arrival, CachedBlocks: er.CachedBlocks})
@@ -341,8 +342,9 @@ func (r *run) Finished(er *engine.Request, at time.Duration) {
 	if er.Generated > 1 {
 		itl = (at - (st.firstToken - half)) / time.Duration(er.Generated-1)
 	}
-	if r.cfg.SLO.set() && itl > r.cfg.SLO.MaxITL {
+	if r.cfg.SLO.set() && itl > r.cfg.SLO.MaxITL && !st.missed {
 		r.rec.miss(st)
+		r.rec.missedITL++
 	}
 	r.policy.Observe(r.now, Outcome{Kind: Done, Request: st.r, Engine: st.engine, ITL: itl})
 	r.end(st, completed)
