@@ -209,3 +209,21 @@ func TestHashLRUEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("after 1, 2, 1, 3 in a 2-entry LRU: 1 %v, 2 %v, 3 %v", l.contains(1), l.contains(2), l.contains(3))
 	}
 }
+
+func TestKVEventsReachSubscribersAfterTheDelay(t *testing.T) {
+	hit := func(delay time.Duration) float64 {
+		cfg := testSimConfig(t, conversationTrace(400, 6), Steady)
+		cfg.Policies, cfg.KVEventDelay = []string{"llm-d-precise"}, delay
+		res, _, err := Run(t.Context(), cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].KVHitRate
+	}
+	// Events that never arrive leave the precise scorer blind to every cache.
+	prompt, never := hit(10*time.Millisecond), hit(24*time.Hour)
+	t.Logf("hit rate %.3f with events, %.3f without", prompt, never)
+	if !(prompt > never+0.05) {
+		t.Errorf("hit rate with events after 10 ms %.3f, never %.3f", prompt, never)
+	}
+}

@@ -27,8 +27,12 @@ type CapacityConfig struct {
 	// StartLoad is the first rate tried, as a fraction of the fleet's cold capacity.
 	StartLoad float64
 	// Precision ends a search when the passing and failing rates are within this
-	// relative distance (0.05: 5%).
+	// relative distance (0.03: 3%).
 	Precision float64
+	// StopBelow ends a run once its attainment is certain to be below it (at most
+	// Target). The search only needs Target; a lower value costs time on overloaded runs
+	// and buys the attainment curve below the target for the plot.
+	StopBelow float64
 	// MaxRuns bounds the runs of one search.
 	MaxRuns int
 	// Workers is how many runs go at once (runs are independent; one per core).
@@ -38,7 +42,7 @@ type CapacityConfig struct {
 // DefaultCapacityConfig returns a search over base with the issue's parameters.
 func DefaultCapacityConfig(base Config) CapacityConfig {
 	return CapacityConfig{Base: base, Policies: PolicyNames, Deployments: []Deployment{DeployRegion},
-		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.05, MaxRuns: 12, Workers: 2}
+		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.03, StopBelow: 0.5, MaxRuns: 12, Workers: 2}
 }
 
 // Search bounds on the offered load, as a fraction of cold capacity. Below 1/16 a run's
@@ -83,6 +87,9 @@ func (c *CapacityConfig) Validate() error {
 	if !(c.StartLoad >= minSearchLoad && c.StartLoad <= maxSearchLoad) {
 		bad("StartLoad", "is %v, must be in [%v, %v]", c.StartLoad, minSearchLoad, maxSearchLoad)
 	}
+	if !(c.StopBelow >= 0 && c.StopBelow <= c.Target) {
+		bad("StopBelow", "is %v, must be in [0, Target]", c.StopBelow)
+	}
 	if !(c.Precision > 0 && c.Precision < 1) {
 		bad("Precision", "is %v, must be in (0, 1)", c.Precision)
 	}
@@ -102,8 +109,9 @@ type CapacityPoint struct {
 	SLOAttainment float64 `json:"slo_attainment"`
 	TTFTP50       float64 `json:"ttft_p50_ms"`
 	TTFTP90       float64 `json:"ttft_p90_ms"`
-	// Stopped: the run ended once its attainment was certain to miss the target, so its
-	// attainment is an upper bound and its latencies cover what finished by then.
+	// Stopped: the run ended once its attainment was certain to be below the search's
+	// StopBelow, so its attainment is an upper bound and its latencies cover what finished
+	// by then.
 	Stopped bool `json:"stopped,omitempty"`
 	Pass    bool `json:"pass"`
 }
@@ -301,7 +309,7 @@ func (s *search) runAt(ctx context.Context, load float64) (Result, *Workload, er
 	start := time.Now()
 	cfg := s.c.Base
 	cfg.Load, cfg.Policies, cfg.Deployment, cfg.Replicas = load, []string{s.policy}, s.dep, s.replicas()
-	cfg.StopBelow = s.c.Target
+	cfg.StopBelow = s.c.StopBelow
 	w, err := BuildWorkload(&cfg)
 	if err != nil {
 		return Result{}, nil, err

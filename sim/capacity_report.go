@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // label names a capacity's policy and deployment, as in tables and legends.
@@ -60,74 +63,137 @@ func WriteCapacity(dir string, caps []Capacity, cc *CapacityConfig, w *Workload,
 		describeFleet(w, &cc.Base), len(w.Requests), cc.Deployments, cc.Replicas)
 	fmt.Fprintf(&b, "Capacity is the highest offered rate at which at least %.0f%% of requests meet the SLO: TTFT at the client <= %v + %v x prompt tokens, and mean inter-token latency <= %v (shed and failed requests miss). ",
 		100*cc.Target, slo.TTFTBase, slo.TTFTPerToken, slo.MaxITL)
-	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then bisecting to %.0f%%, at most %d runs; a run stops once its attainment cannot reach the target. ",
-		cc.StartLoad, 100*cc.Precision, cc.MaxRuns)
+	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then bisecting to %.0f%%, at most %d runs; a run stops once its attainment is certain to be below %.2f. ",
+		cc.StartLoad, 100*cc.Precision, cc.MaxRuns, cc.StopBelow)
 	b.WriteString("The other columns are measured at the capacity (missed: completed requests that missed the TTFT bound, or met it and missed the inter-token bound). \">=\" marks a search that found no failing rate, \"<\" one whose lowest rate missed.\n")
 	b.WriteString(CapacityTable(caps))
 	b.WriteString("\n![SLO attainment vs offered rate](capacity_slo.png)\n\n![TTFT vs offered rate](capacity_ttft.png)\n")
 	if err := os.WriteFile(filepath.Join(dir, "capacity.md"), []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write capacity.md: %w", err)
 	}
-	if err := plotAttainment(filepath.Join(dir, "capacity_slo.png"), caps, cc.Target); err != nil {
+	if err := plotAttainment(filepath.Join(dir, "capacity_slo.png"), caps, cc.Target, cc.StopBelow); err != nil {
 		return err
 	}
 	return plotCapacityTTFT(filepath.Join(dir, "capacity_ttft.png"), caps)
 }
 
-// plotAttainment draws SLO attainment against offered rate, one line per search.
-func plotAttainment(path string, caps []Capacity, target float64) error {
-	p := plot.New()
-	p.Title.Text = "SLO attainment vs offered rate"
-	p.X.Label.Text = "offered rate (req/s)"
-	p.Y.Label.Text = "fraction of requests meeting the SLO"
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top, p.Legend.Left = false, true
-	maxX := 0.0
-	for i, c := range caps {
-		pts := make(plotter.XYs, 0, len(c.Points))
-		for _, pt := range c.Points {
-			pts = append(pts, plotter.XY{X: pt.OfferedRPS, Y: pt.SLOAttainment})
-			maxX = max(maxX, pt.OfferedRPS)
+// byDeployment groups caps by deployment, in order of first appearance.
+func byDeployment(caps []Capacity) [][]Capacity {
+	var groups [][]Capacity
+	index := map[string]int{}
+	for _, c := range caps {
+		i, ok := index[c.Deployment]
+		if !ok {
+			i = len(groups)
+			index[c.Deployment] = i
+			groups = append(groups, nil)
 		}
-		if err := addLine(p, pts, c.label(), i, nil); err != nil {
-			return err
-		}
+		groups[i] = append(groups[i], c)
 	}
-	ref, err := plotter.NewLine(plotter.XYs{{X: 0, Y: target}, {X: maxX, Y: target}})
-	if err != nil {
-		return fmt.Errorf("target line: %w", err)
-	}
-	ref.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
-	p.Add(ref)
-	return save(p, path, 8*vg.Inch, 5*vg.Inch)
+	return groups
 }
 
-// plotCapacityTTFT draws TTFT p50 (solid) and p90 (dashed) against offered rate.
-func plotCapacityTTFT(path string, caps []Capacity) error {
-	p := plot.New()
-	p.Title.Text = "TTFT p50 (solid) and p90 (dashed) vs offered rate"
-	p.X.Label.Text = "offered rate (req/s)"
-	p.Y.Label.Text = "TTFT (s, log scale)"
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top, p.Legend.Left = true, true
-	for i, c := range caps {
-		var p50, p90 plotter.XYs
+// plotPanels draws one panel per deployment, stacked, each made by panel.
+func plotPanels(path string, caps []Capacity, panel func(group []Capacity) (*plot.Plot, error)) error {
+	groups := byDeployment(caps)
+	if len(groups) == 0 {
+		return nil
+	}
+	plots := make([][]*plot.Plot, len(groups))
+	maxX := 0.0
+	for _, c := range caps {
 		for _, pt := range c.Points {
-			if pt.TTFTP50 <= 0 {
-				continue
-			}
-			p50 = append(p50, plotter.XY{X: pt.OfferedRPS, Y: pt.TTFTP50 / 1000})
-			p90 = append(p90, plotter.XY{X: pt.OfferedRPS, Y: max(pt.TTFTP90, pt.TTFTP50) / 1000})
-		}
-		if err := addLine(p, p50, c.label(), i, nil); err != nil {
-			return err
-		}
-		if err := addLine(p, p90, "", i, []vg.Length{vg.Points(4), vg.Points(3)}); err != nil {
-			return err
+			maxX = max(maxX, pt.OfferedRPS)
 		}
 	}
-	return save(p, path, 8*vg.Inch, 5*vg.Inch)
+	for i, g := range groups {
+		p, err := panel(g)
+		if err != nil {
+			return err
+		}
+		p.X.Min, p.X.Max = 0, maxX*1.05 // one rate axis for every panel
+		plots[i] = []*plot.Plot{p}
+	}
+	const width, rowHeight = 9 * vg.Inch, 5 * vg.Inch
+	img := vgimg.New(width, rowHeight*vg.Length(len(groups)))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(groups), Cols: 1, PadY: vg.Points(8), PadX: vg.Points(6)}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	return writePNG(img, path)
+}
+
+// policyColor gives each policy one color (and glyph) in every panel.
+func policyColor(name string) int {
+	if i := slices.Index(PolicyNames, name); i >= 0 {
+		return i
+	}
+	return len(PolicyNames)
+}
+
+// plotAttainment draws SLO attainment against offered rate, one line per policy and
+// one panel per deployment. Runs stopped early are drawn at their attainment's upper
+// bound.
+func plotAttainment(path string, caps []Capacity, target, stop float64) error {
+	return plotPanels(path, caps, func(group []Capacity) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("SLO attainment vs offered rate, %s deployment (runs stopped below %.2f drawn at their bound)",
+			group[0].Deployment, stop)
+		p.X.Label.Text = "offered rate (req/s)"
+		p.Y.Label.Text = "fraction of requests meeting the SLO"
+		p.Y.Min, p.Y.Max = 0, 1
+		p.Legend.Top, p.Legend.Left = false, true
+		for _, c := range group {
+			pts := make(plotter.XYs, 0, len(c.Points))
+			for _, pt := range c.Points {
+				pts = append(pts, plotter.XY{X: pt.OfferedRPS, Y: pt.SLOAttainment})
+			}
+			if err := addLine(p, pts, c.label(), policyColor(c.Policy), nil); err != nil {
+				return nil, err
+			}
+		}
+		ref, err := plotter.NewLine(plotter.XYs{{X: 0, Y: target}, {X: 1e9, Y: target}})
+		if err != nil {
+			return nil, fmt.Errorf("target line: %w", err)
+		}
+		ref.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+		p.Add(ref)
+		return p, nil
+	})
+}
+
+// plotCapacityTTFT draws TTFT p50 (solid) and p90 (dashed) against offered rate, one
+// panel per deployment.
+func plotCapacityTTFT(path string, caps []Capacity) error {
+	return plotPanels(path, caps, func(group []Capacity) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("TTFT p50 (solid) and p90 (dashed) vs offered rate, %s deployment", group[0].Deployment)
+		p.X.Label.Text = "offered rate (req/s)"
+		p.Y.Label.Text = "TTFT (s, log scale)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Legend.Top, p.Legend.Left = true, true
+		for _, c := range group {
+			var p50, p90 plotter.XYs
+			for _, pt := range c.Points {
+				if pt.TTFTP50 <= 0 {
+					continue
+				}
+				p50 = append(p50, plotter.XY{X: pt.OfferedRPS, Y: pt.TTFTP50 / 1000})
+				p90 = append(p90, plotter.XY{X: pt.OfferedRPS, Y: max(pt.TTFTP90, pt.TTFTP50) / 1000})
+			}
+			i := policyColor(c.Policy)
+			if err := addLine(p, p50, c.label(), i, nil); err != nil {
+				return nil, err
+			}
+			if err := addLine(p, p90, "", i, []vg.Length{vg.Points(4), vg.Points(3)}); err != nil {
+				return nil, err
+			}
+		}
+		return p, nil
+	})
 }
 
 // addLine adds a line with points in color i, to the legend when name is set.

@@ -45,6 +45,7 @@ type options struct {
 	capacity    bool
 	target      float64
 	precision   float64
+	stopBelow   float64
 	startLoad   float64
 	maxRuns     int
 	workers     int
@@ -113,7 +114,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.slo.MaxITL, "slo-itl", def.MaxITL, "SLO: mean inter-token latency bound")
 	fs.BoolVar(&o.capacity, "capacity", false, "search each policy's capacity at the SLO instead of running --load")
 	fs.Float64Var(&o.target, "slo-target", 0.9, "--capacity: fraction of requests that must meet the SLO")
-	fs.Float64Var(&o.precision, "capacity-precision", 0.05, "--capacity: relative width at which a search stops")
+	fs.Float64Var(&o.precision, "capacity-precision", 0.03, "--capacity: relative width at which a search stops")
+	fs.Float64Var(&o.stopBelow, "capacity-stop", 0.5, "--capacity: a run stops once its SLO attainment is certain to be below this (at most --slo-target)")
 	fs.Float64Var(&o.startLoad, "capacity-start", 0.5, "--capacity: first rate tried, as a fraction of cold capacity")
 	fs.IntVar(&o.maxRuns, "capacity-runs", 12, "--capacity: most runs per search")
 	fs.IntVar(&o.workers, "workers", 2, "--capacity: runs at a time")
@@ -329,6 +331,7 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 	cc := sim.DefaultCapacityConfig(base)
 	cc.Policies, cc.Deployments, cc.Replicas = o.policies, o.deployments, o.replicas
 	cc.Target, cc.Precision, cc.StartLoad, cc.MaxRuns, cc.Workers = o.target, o.precision, o.startLoad, o.maxRuns, o.workers
+	cc.StopBelow = o.stopBelow
 	if err := cc.Validate(); err != nil {
 		return err
 	}
@@ -347,7 +350,7 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 			}
 			att := fmt.Sprintf("%.3f", p.Point.SLOAttainment)
 			if p.Point.Stopped {
-				att = fmt.Sprintf("< %.2f (stopped)", cc.Target)
+				att = fmt.Sprintf("< %.2f (stopped)", cc.StopBelow)
 			}
 			fmt.Fprintf(stderr, "[run %3d, %d/%d searches done, %v] %-18s %-6s %7.3f req/s (%.3f x cold): attainment %s, %s, in %v\n",
 				p.Done, p.SearchesDone, p.SearchesOf, p.Elapsed.Round(time.Second), p.Policy, p.Deployment,
