@@ -1,7 +1,6 @@
 package sim
 
-// replicas is how many sidecars (and Envoys) each cluster runs in meridian's deployment.
-func (c *Config) replicas() int { return 1 }
-
-// replica is which of its cluster's replicas receives the request.
-func (r *Request) replica() int { return 0 }
+// replica is which of its pool's router replicas (for meridian, which of its cluster's
+// sidecars) receives the request: Request.Replica, drawn per request in
+// [0, Config.replicas()).
+func (r *Request) replica() int { return r.Replica }
