@@ -153,7 +153,7 @@ func (p *pooled) Route(now time.Duration, r *Request) Route {
 
 func (p *pooled) Observe(now time.Duration, o Outcome) {
 	lr, pl, rep := p.local(o.Request)
-	if p.pools[p.enginePool[o.Engine]] != pl {
+	if i := p.enginePool[o.Engine]; i < 0 || p.pools[i] != pl {
 		return // not an engine of this pool: no route of its sends there
 	}
 	o.Request, o.Engine = lr, p.engineAt[o.Engine]
@@ -187,23 +187,21 @@ func (p *pooled) Scrape(now time.Duration, v *View) {
 
 // fill copies the pool's part of v into the pool's view.
 func (p *pooled) fill(pl *pool, v *View) {
-	{
-		if pl.view.Engines == nil {
-			pl.view = View{Engines: make([]EngineView, len(pl.engines)), Capacity: v.Capacity}
-			for _, c := range pl.clusters {
-				row := make([]time.Duration, len(pl.engines))
-				for le, e := range pl.engines {
-					row[le] = v.RTT[c][e]
-				}
-				pl.view.RTT = append(pl.view.RTT, row)
+	if pl.view.Engines == nil {
+		pl.view = View{Engines: make([]EngineView, len(pl.engines)), Capacity: v.Capacity}
+		for _, c := range pl.clusters {
+			row := make([]time.Duration, len(pl.engines))
+			for le, e := range pl.engines {
+				row[le] = v.RTT[c][e]
 			}
-			for _, e := range pl.engines {
-				pl.view.Region = append(pl.view.Region, v.Region[e])
-			}
+			pl.view.RTT = append(pl.view.RTT, row)
 		}
-		for le, e := range pl.engines {
-			pl.view.Engines[le] = v.Engines[e]
+		for _, e := range pl.engines {
+			pl.view.Region = append(pl.view.Region, v.Region[e])
 		}
+	}
+	for le, e := range pl.engines {
+		pl.view.Engines[le] = v.Engines[e]
 	}
 }
 
