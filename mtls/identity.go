@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -131,4 +133,18 @@ func PeerIdentity(ctx context.Context) (id Identity, ok bool, err error) {
 	}
 	id, err = FromCert(info.State.PeerCertificates[0])
 	return id, err == nil, err
+}
+
+// Loopback reports whether addr (host:port) names a loopback interface only: the one
+// place plaintext is allowed without --insecure.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

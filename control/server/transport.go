@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/netip"
 	"slices"
 	"sync"
 
@@ -27,23 +25,10 @@ func (c Config) checkTransport() error {
 	if c.TLS.Enabled() || c.Insecure {
 		return nil
 	}
-	if !loopback(c.XDSListen) {
+	if !mtls.Loopback(c.XDSListen) {
 		return fmt.Errorf("--xds-listen %s is not a loopback address and TLS is off: give --tls-cert, --tls-key and --tls-ca (docs/security.md), or --insecure to accept unauthenticated peers steering the fleet", c.XDSListen)
 	}
 	return nil
-}
-
-// loopback reports whether addr (host:port) only listens on a loopback interface.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // transportOption is the gRPC server's credentials: mutual TLS from s.tls when configured.
@@ -51,7 +36,7 @@ func loopback(addr string) bool {
 // each may fetch or report is checked per stream (adsAuth, reportGate).
 func (s *Server) transportOption() []grpc.ServerOption {
 	if s.tls == nil {
-		if !loopback(s.cfg.XDSListen) {
+		if !mtls.Loopback(s.cfg.XDSListen) {
 			s.cfg.Log.Error("INSECURE: the xDS and load-report port accepts plaintext from anyone who can reach it; any peer can read every node's routing and steer the fleet with forged reports (--insecure)",
 				"xds", s.cfg.XDSListen)
 		}

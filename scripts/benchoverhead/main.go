@@ -138,6 +138,9 @@ func run(ctx context.Context, o options) error {
 	instant := []string{"--ttft", "0s", "--itl", "0s"}
 	spec := stack.Spec{
 		Dir: dir, Bins: bins, EnvoyConcurrency: o.workers,
+		// The no-op ext_proc server speaks plaintext, so every node does (all on loopback):
+		// the comparison is of the sidecar's work, on one transport.
+		Plaintext: true,
 		Nodes: []stack.NodeSpec{{Name: "sidecar", Region: "a"}, {Name: "baseline", Region: "a", WithoutSidecar: true},
 			{Name: "noop", Region: "a", SidecarBin: nullproc}},
 		Engines: []stack.EngineSpec{
