@@ -92,6 +92,7 @@ type Node struct {
 	URL         string // http://ip:port of Envoy's listener
 	AdminURL    string
 	SidecarHTTP string
+	SidecarGRPC string // ip:port of the sidecar's ext_proc and access-log server
 	AccessLog   string
 	Envoy       *Proc
 	Sidecar     *Proc
@@ -271,7 +272,7 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	if err != nil {
 		return nil, err
 	}
-	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP,
+	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP, SidecarGRPC: sidecar,
 		AccessLog: filepath.Join(s.spec.Dir, "access-"+n.Name+".jsonl")}
 	p := bootstrap.DefaultParams()
 	control := s.ControlXDS

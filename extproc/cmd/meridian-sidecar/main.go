@@ -72,6 +72,7 @@ func main() {
 	fs.IntVar(&flagged.Request.MaxBlocks, "max-blocks", file.Request.MaxBlocks, "prefix blocks hashed at most (request.max_blocks)")
 	fs.IntVar(&flagged.Request.AffinityBlocks, "affinity-blocks", file.Request.AffinityBlocks, "prefix blocks that form the routing key (request.affinity_blocks)")
 	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
+	fs.Int64Var(&flagged.Request.MaxRequestBytes.DefaultBytes, "max-request-bytes", file.Request.MaxRequestBytes.DefaultBytes, "largest request body in bytes: 413 in OpenAI's shape above it (request.max_request_bytes.default_bytes; per model in the --config file)")
 	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
 	fs.StringVar(&f.otlp, "otlp-endpoint", "", "host:port of an OTLP/gRPC collector (plaintext) to export one span per decision to; empty: no spans")
 	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM certificate naming spiffe://meridian/node/<node-id>/sidecar; with --tls-key and --tls-ca, mutual TLS to the control server and from Envoy")
@@ -109,6 +110,8 @@ func main() {
 			file.Request.BodyLimitBytes = flagged.Request.BodyLimitBytes
 		case "fallbacks":
 			file.Picker.Fallbacks = flagged.Picker.Fallbacks
+		case "max-request-bytes":
+			file.Request.MaxRequestBytes.DefaultBytes = flagged.Request.MaxRequestBytes.DefaultBytes
 		}
 	})
 	cfg, err := file.Build(log)
