@@ -432,3 +432,106 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// TestTrustSilentFailuresAreLogged: each failure an operator must fix says so in the log
+// within its stated time: a sidecar with a node id the fleet lacks, or with no control
+// server to reach, logs why every --no-snapshot-log (here 2 s) and /healthz says the
+// same; an engine down when the control server starts is logged at its first scrape
+// (before the first solve), counted, and left out of the published weights.
+func TestTrustSilentFailuresAreLogged(t *testing.T) {
+	s := startStack(t, withCapacity(oneNode(3, nil), 25)) // the optimizer's weights, not static ones
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bins, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := func(name, nodeID, control string) (*stack.Proc, string) {
+		t.Helper()
+		files, err := s.PKI.Issue(mtls.Sidecar(nodeID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		grpcPort, err := stack.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		httpPort, err := stack.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &stack.Proc{Name: name, Bin: bins.Sidecar, Log: t.TempDir() + "/" + name + ".log", Args: []string{
+			"--node-id", nodeID, "--control", control, "--no-snapshot-log", "2s",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", grpcPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort),
+			"--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-ca", files.CA}}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(2 * time.Second) })
+		return p, fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort)
+	}
+	healthz := func(url string) string {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+
+	wrong, wrongHealth := stray("sidecar-wrong-node", "region-z", s.ControlXDS)
+	free, err := stack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := fmt.Sprintf("127.0.0.1:%d", free)
+	lost, lostHealth := stray("sidecar-no-control", node, nowhere)
+	start := time.Now()
+	waitLog(t, wrong, "no routing snapshot after", 5*time.Second)
+	waitLog(t, wrong, "is not a cluster of the fleet file", time.Second)
+	waitLog(t, lost, "no routing snapshot after", 5*time.Second)
+	waitLog(t, lost, nowhere, time.Second)
+	figure(t, "wrong_node_and_lost_control_logged_within", time.Since(start).Round(100*time.Millisecond).String())
+	if h := healthz(wrongHealth); !strings.HasPrefix(h, "503") || !strings.Contains(h, "not a cluster of the fleet file") {
+		t.Errorf("wrong node id: /healthz %q, want 503 saying the fleet lacks the node", h)
+	}
+	if h := healthz(lostHealth); !strings.HasPrefix(h, "503") || !strings.Contains(h, nowhere) {
+		t.Errorf("no control server: /healthz %q, want 503 naming %s", h, nowhere)
+	}
+
+	// An engine down when the control server starts.
+	down := s.Engines["e2"]
+	down.Proc.Stop(2 * time.Second)
+	s.Control.Stop(2 * time.Second)
+	old, _ := os.ReadFile(s.Control.Log)
+	restarted := time.Now()
+	if err := s.Control.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stack.WaitHTTP(ctx, s.ControlHTTP+"/healthz", 200); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, s.Control, "engine metrics scrape failed", 3*time.Second)
+	l, _ := os.ReadFile(s.Control.Log)
+	if fresh := string(l[len(old):]); !strings.Contains(fresh, "engine metrics scrape failed") || !strings.Contains(fresh, "engine=e2") {
+		t.Errorf("the scrape failure logged does not name e2:\n%s", tail(string(l), 1500))
+	}
+	figure(t, "engine_down_at_start_logged_within", time.Since(restarted).Round(100*time.Millisecond).String())
+	ws, err := s.PublishedWeights(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hosts := range ws {
+		if w, ok := hosts[down.Address]; ok {
+			t.Errorf("the engine down at start has weight %d in the first published weights", w)
+		}
+	}
+	m, err := s.ControlMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Value("meridian_control_scrape_failures_total", "engine", "e2") < 1 {
+		t.Error("meridian_control_scrape_failures_total{engine=e2} did not count the failed scrape")
+	}
+}

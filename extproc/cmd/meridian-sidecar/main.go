@@ -192,7 +192,8 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	hsrv := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hsrv)
 	go srv.ServeHealth(ctx, hsrv, 200*time.Millisecond)
-	dog := &watchdog{node: f.nodeID, control: f.control, ready: srv.Ready, log: cfg.Log, started: time.Now()}
+	dog := &watchdog{node: f.nodeID, control: f.control, ready: srv.Ready, log: cfg.Log, started: time.Now(),
+		connState: func() string { return conn.GetState().String() }}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.Metrics(), promhttp.HandlerOpts{}))
 	mux.Handle("GET /debug/decisions", srv.DecisionsHandler())

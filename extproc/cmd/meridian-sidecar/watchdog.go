@@ -14,6 +14,7 @@ import (
 type watchdog struct {
 	node, control string
 	ready         func() bool
+	connState     func() string // the gRPC connection's state to the control server
 	log           *slog.Logger
 	started       time.Time
 
@@ -36,6 +37,9 @@ func (w *watchdog) reason() string {
 	if err != nil {
 		why = "the last xDS stream ended with: " + err.Error()
 	}
+	if w.connState != nil {
+		why += "; connection " + w.connState()
+	}
 	return fmt.Sprintf("no routing snapshot after %s for node %q from control server %s: %s",
 		time.Since(w.started).Round(time.Second), w.node, w.control, why)
 }
@@ -54,7 +58,6 @@ func (w *watchdog) run(ctx context.Context, interval time.Duration) {
 		if w.ready() {
 			return
 		}
-		w.log.Error(w.reason()+"; requests pass through to Envoy's fallback balancing meanwhile",
-			"node", w.node, "control", w.control)
+		w.log.Error(w.reason()+"; requests pass through to Envoy's fallback balancing meanwhile", "control", w.control)
 	}
 }
