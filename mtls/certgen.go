@@ -154,3 +154,43 @@ func WriteAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// WriteCAKey writes the CA's private key as dir/ca.key (mode 0600), so a later run can
+// issue more certificates, or rotate them, under the same CA (LoadCA).
+func (ca *CA) WriteCAKey(dir string) error {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return err
+	}
+	return WriteAtomic(filepath.Join(dir, "ca.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// LoadCA reads dir/ca.crt and dir/ca.key as written by WriteCA and WriteCAKey.
+func LoadCA(dir string) (*CA, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("%s: ca.crt or ca.key holds no PEM block", dir)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s/ca.crt: %w", dir, err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s/ca.key: %w", dir, err)
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s/ca.key is not an ECDSA key", dir)
+	}
+	return &CA{cert: cert, key: key, PEM: certPEM}, nil
+}
