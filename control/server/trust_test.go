@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -248,4 +251,48 @@ func controlMetrics(t *testing.T, base string) stack.Metrics {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestTrustADSServesOnlyTheCertificatesNode: an Envoy certificate of region-b asking for
+// region-a's resources is refused; asking for its own node it gets them. (A node id the
+// fleet lacks: TestTrustSilentFailuresAreLogged in envoy/chaos.)
+func TestTrustADSServesOnlyTheCertificatesNode(t *testing.T) {
+	dir, ca := trustPKI(t)
+	if _, err := ca.WriteIdentity(dir, mtls.Envoy("region-b"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	xdsAddr, _ := startServerFleet(t, twoNodeFleet, func(c *server.Config) {
+		c.TLS, c.TLSReload = mtls.FilesIn(dir, mtls.Control()), time.Second
+	})
+	src, err := mtls.NewSource(mtls.FilesIn(dir, mtls.Envoy("region-b")), mtls.Envoy("region-b"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(src.ClientCredentials(mtls.Control())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fetch := func(node string) (int, codes.Code) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return 0, status.Code(err)
+		}
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: node}, TypeUrl: resourcev3.ClusterType}); err != nil {
+			return 0, status.Code(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return 0, status.Code(err)
+		}
+		return len(resp.GetResources()), codes.OK
+	}
+	if _, code := fetch("region-a"); code != codes.PermissionDenied {
+		t.Errorf("region-b's Envoy fetching region-a: %v, want PermissionDenied", code)
+	}
+	if n, code := fetch("region-b"); code != codes.OK || n == 0 {
+		t.Errorf("region-b's Envoy fetching region-b: %v with %d clusters, want its clusters", code, n)
+	}
 }
