@@ -252,6 +252,14 @@ func peersRefused(ctx context.Context, t *testing.T, s *stack.Stack) {
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("region-b's Envoy certificate at %s's sidecar: %v, want a refused certificate", node, err)
 	}
+	sm, err := s.SidecarMetrics(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sm.Value("meridian_sidecar_tls_handshake_failures_total") < 1 || sm.Value("meridian_sidecar_routing_ready") != 1 {
+		t.Errorf("sidecar: handshake failures %v, routing_ready %v; want the refusal counted and ready 1",
+			sm.Value("meridian_sidecar_tls_handshake_failures_total"), sm.Value("meridian_sidecar_routing_ready"))
+	}
 	if l, err := os.ReadFile(s.Control.Log); err != nil || !strings.Contains(string(l), "TLS handshake refused") {
 		t.Errorf("the control server did not log the refused plaintext handshake (%v)", err)
 	}
@@ -499,6 +507,14 @@ func TestTrustSilentFailuresAreLogged(t *testing.T) {
 	if h := healthz(lostHealth); !strings.HasPrefix(h, "503") || !strings.Contains(h, nowhere) {
 		t.Errorf("no control server: /healthz %q, want 503 naming %s", h, nowhere)
 	}
+	m, err := stack.ScrapeMetrics(ctx, strings.TrimSuffix(wrongHealth, "/healthz")+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Value("meridian_sidecar_routing_ready") != 0 || m.Value("meridian_sidecar_xds_stream_errors_total") < 1 {
+		t.Errorf("wrong node id: routing_ready %v, xds_stream_errors_total %v; want 0 and counted",
+			m.Value("meridian_sidecar_routing_ready"), m.Value("meridian_sidecar_xds_stream_errors_total"))
+	}
 
 	// An engine down when the control server starts.
 	down := s.Engines["e2"]
@@ -527,8 +543,7 @@ func TestTrustSilentFailuresAreLogged(t *testing.T) {
 			t.Errorf("the engine down at start has weight %d in the first published weights", w)
 		}
 	}
-	m, err := s.ControlMetrics(ctx)
-	if err != nil {
+	if m, err = s.ControlMetrics(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if m.Value("meridian_control_scrape_failures_total", "engine", "e2") < 1 {

@@ -151,13 +151,20 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	if err != nil {
 		return err
 	}
+	// conn is set below; the watchdog reads its state only after run has started it.
+	var conn *grpc.ClientConn
+	dog := &watchdog{node: f.nodeID, control: f.control, ready: srv.Ready, log: cfg.Log, started: time.Now(),
+		connState: func() string { return conn.GetState().String() }}
+	if err := dog.register(srv.Metrics()); err != nil {
+		return err
+	}
 	clientCreds, serverOpts := insecure.NewCredentials(), []grpc.ServerOption(nil)
 	if tlsSrc != nil {
 		go tlsSrc.Watch(ctx, f.tlsReload)
 		clientCreds = tlsSrc.ClientCredentials(mtls.Control())
-		serverOpts = append(serverOpts, grpc.Creds(tlsSrc.ServerCredentials(envoyOf(f.nodeID), nil)))
+		serverOpts = append(serverOpts, grpc.Creds(tlsSrc.ServerCredentials(envoyOf(f.nodeID), dog.handshakeFailed)))
 	}
-	conn, err := grpc.NewClient(f.control,
+	conn, err = grpc.NewClient(f.control,
 		grpc.WithTransportCredentials(clientCreds),
 		// gRPC's default reconnect backoff grows to 2 minutes; after a control server
 		// restart the sidecar must be back within seconds, so cap it at 2 s, and let streams
@@ -192,8 +199,6 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	hsrv := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hsrv)
 	go srv.ServeHealth(ctx, hsrv, 200*time.Millisecond)
-	dog := &watchdog{node: f.nodeID, control: f.control, ready: srv.Ready, log: cfg.Log, started: time.Now(),
-		connState: func() string { return conn.GetState().String() }}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(srv.Metrics(), promhttp.HandlerOpts{}))
 	mux.Handle("GET /debug/decisions", srv.DecisionsHandler())

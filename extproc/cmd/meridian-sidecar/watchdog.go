@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // watchdog says why the sidecar has no routing snapshot: it remembers the last reason the
@@ -18,11 +20,49 @@ type watchdog struct {
 	log           *slog.Logger
 	started       time.Time
 
+	// streamErrors counts ended xDS streams, handshakes failed TLS handshakes on the ext_proc
+	// port, by reason (registered by register).
+	streamErrors prometheus.Counter
+	handshakes   *prometheus.CounterVec
+
 	mu      sync.Mutex
 	lastErr error
 }
 
+// register adds the watchdog's series to reg: meridian_sidecar_routing_ready (1 once there
+// is a routing snapshot), meridian_sidecar_xds_stream_errors_total and
+// meridian_sidecar_tls_handshake_failures_total{reason}.
+func (w *watchdog) register(reg *prometheus.Registry) error {
+	w.streamErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_sidecar_xds_stream_errors_total",
+		Help: "xDS streams to the control server that ended with an error (see the log for why)."})
+	w.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_sidecar_tls_handshake_failures_total",
+		Help: "TLS handshakes refused on the ext_proc port, by reason."}, []string{"reason"})
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_sidecar_routing_ready",
+		Help: "1 once the sidecar has a routing snapshot from the control server, else 0."}, func() float64 {
+		if w.ready() {
+			return 1
+		}
+		return 0
+	})
+	for _, c := range []prometheus.Collector{w.streamErrors, w.handshakes, ready} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handshakeFailed counts a refused handshake on the ext_proc port.
+func (w *watchdog) handshakeFailed(reason string) {
+	if w.handshakes != nil {
+		w.handshakes.WithLabelValues(reason).Inc()
+	}
+}
+
 func (w *watchdog) streamError(err error) {
+	if w.streamErrors != nil {
+		w.streamErrors.Inc()
+	}
 	w.mu.Lock()
 	w.lastErr = err
 	w.mu.Unlock()
