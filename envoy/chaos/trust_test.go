@@ -153,6 +153,17 @@ func requestIDReuse(ctx context.Context, t *testing.T, s *stack.Stack) {
 			t.Fatalf("the held requests never filled every engine: in flight %v, want %d", inFlight(), held)
 		}
 	}
+	// Envoy tells each client the id it gave the request, never the one the client sent.
+	idReq, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader("hello"))
+	idReq.Header.Set("x-request-id", "victim-0")
+	if r, err := http.DefaultClient.Do(idReq); err != nil {
+		t.Fatal(err)
+	} else {
+		r.Body.Close()
+		if id := r.Header.Get("x-request-id"); id == "" || id == "victim-0" {
+			t.Errorf("response x-request-id %q to a request sent with victim-0, want Envoy's own", id)
+		}
+	}
 	// The attack: a 400 with each victim's id.
 	for i := range held {
 		if r := post(ctx, t, url, []byte("hello"), map[string]string{"x-request-id": fmt.Sprintf("victim-%d", i)}); r.status != 400 {
