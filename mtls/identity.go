@@ -73,7 +73,7 @@ func ParseURI(s string) (Identity, error) {
 		return Identity{}, fmt.Errorf("identity %q: %w", s, err)
 	}
 	if u.Scheme != "spiffe" || u.Host != TrustDomain {
-		return Identity{}, fmt.Errorf("identity %q: want spiffe://%s/...", s, TrustDomain)
+		return Identity{}, fmt.Errorf("identity %q: want a spiffe://%s/ URI", s, TrustDomain)
 	}
 	parts := strings.Split(strings.TrimPrefix(u.EscapedPath(), "/"), "/")
 	var id Identity

@@ -141,7 +141,8 @@ func TestTrustReportsNeedTheNodesOwnCertificate(t *testing.T) {
 // from a peer allowed to report for the node. A million req/s is clamped to 4 × the
 // model's capacity; an unknown engine is dropped without creating state; an error storm
 // with penalty 0.01 on a healthy engine makes it suspect only while the stream lasts: once
-// the forging stream closes, the engine is back at penalty 1 within a second.
+// the forging stream closes, the engine is back at penalty 1 (exactly: nothing fades it
+// there otherwise) within a few solve periods.
 func TestTrustReportValuesAreBoundedAndLeaveWithTheStream(t *testing.T) {
 	xdsAddr, base := startServerFleet(t, twoNodeFleet)
 	c := dialAs(t, xdsAddr, insecure.NewCredentials())
@@ -203,8 +204,8 @@ func TestTrustReportValuesAreBoundedAndLeaveWithTheStream(t *testing.T) {
 		if !e.Suspect && e.Penalty != nil && *e.Penalty == 1 && st.Nodes["region-a"].Models["m"].DemandRPS == 0 {
 			break
 		}
-		if time.Since(closed) > time.Second {
-			t.Fatalf("1 s after the forging stream closed: e0 %+v, demand %.1f; want penalty 1, not suspect, demand 0",
+		if time.Since(closed) > 3*time.Second { // a few solve periods (100 ms here), with room for -race on a loaded machine
+			t.Fatalf("3 s after the forging stream closed: e0 %+v, demand %.1f; want penalty 1, not suspect, demand 0",
 				e, st.Nodes["region-a"].Models["m"].DemandRPS)
 		}
 	}
