@@ -3,8 +3,6 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,8 +19,7 @@ func (p Params) validateTLS() []error {
 			return nil
 		}
 		for name, v := range map[string]string{"xds": p.XDS, "sidecar": p.Sidecar} {
-			host, _, _ := net.SplitHostPort(v)
-			if ip, err := netip.ParseAddr(host); host != "localhost" && (err != nil || !ip.IsLoopback()) {
+			if !mtls.Loopback(v) {
 				errs = append(errs, fmt.Errorf("%s %s is not a loopback address and TLS is off: give --tls-cert, --tls-key and --tls-ca, or --insecure", name, v))
 			}
 		}
