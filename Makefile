@@ -55,7 +55,7 @@ proto: setup
 # unit packages under the race detector; the real-Envoy suites (envoy/, examples/) run
 # without it in `make test`.
 .PHONY: proto-check staticcheck test-race
-RACE_PKGS := ./control/... ./extproc/... ./sim/... ./policy/...
+RACE_PKGS := ./control/... ./extproc/... ./sim/... ./policy/... ./mtls/...
 RACE_LIST = $(GO) list $(RACE_PKGS)
 
 proto-check: setup

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"text/template"
 	"time"
+
+	"github.com/meridian-router/meridian/mtls"
 )
 
 //go:embed envoy.yaml.tmpl
@@ -41,6 +43,20 @@ type Params struct {
 	// TrustPriorityHeader keeps a client's x-meridian-priority. Set it only when a trusted
 	// gateway in front of Envoy sets or strips that header itself.
 	TrustPriorityHeader bool
+	// TLS, when set, makes Envoy's connections to the control server and to the sidecar
+	// mutual TLS, with Envoy's certificate (naming spiffe://meridian/node/<node>/envoy)
+	// and the CA read through file-based SDS, so a rotated certificate needs no restart.
+	// WriteSDS writes the two SDS files the bootstrap refers to.
+	TLS *TLSFiles
+	// Insecure allows plaintext to a non-loopback control server or sidecar.
+	Insecure bool
+}
+
+// TLSFiles are Envoy's certificate, key and CA bundle (PEM), and the directory that gets
+// the SDS files naming them (default: the certificate's directory).
+type TLSFiles struct {
+	Cert, Key, CA string
+	SDSDir        string
 }
 
 // DefaultParams are the loopback defaults the binaries also use.
@@ -78,6 +94,7 @@ func (p Params) Validate() error {
 	if p.BufferLimitBytes < 4096 {
 		errs = append(errs, fmt.Errorf("buffer limit %d: must be at least 4096 bytes", p.BufferLimitBytes))
 	}
+	errs = append(errs, p.validateTLS()...)
 	return errors.Join(errs...)
 }
 
@@ -89,6 +106,9 @@ type view struct {
 	// XDSType and SidecarType are the Envoy cluster types: STATIC for an IP, STRICT_DNS
 	// for a name.
 	XDSType, SidecarType string
+	// With TLS: the SDS files, the directory Envoy watches, and the peers' identities.
+	SDSCertPath, SDSCAPath, SDSDir   string
+	ControlIdentity, SidecarIdentity string
 }
 
 // dnsNameRE is an RFC 1123 host name: dot-separated labels of letters, digits and hyphens.
@@ -147,5 +167,9 @@ func Render(w io.Writer, p Params) error {
 	v.XDSAddress, v.XDSPort, _ = splitHostPort(p.XDS) // validated above
 	v.SidecarAddress, v.SidecarPort, _ = splitHostPort(p.Sidecar)
 	v.XDSType, v.SidecarType = clusterType(v.XDSAddress), clusterType(v.SidecarAddress)
+	if p.TLS != nil {
+		v.SDSCertPath, v.SDSCAPath, v.SDSDir = p.sdsPaths()
+		v.ControlIdentity, v.SidecarIdentity = mtls.Control().URI(), mtls.Sidecar(p.NodeID).URI()
+	}
 	return t.Execute(w, v)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/mtls"
 )
 
 func TestRenderRejectsBadParams(t *testing.T) {
@@ -76,6 +77,7 @@ func TestDNSNames(t *testing.T) {
 	p := bootstrap.DefaultParams()
 	p.NodeID = "region-a"
 	p.XDS, p.Sidecar = "meridian-control.meridian.svc.cluster.local:18000", "localhost:19001"
+	p.Insecure = true // a name off this host: plaintext only when told (TestTrustPlaintextOnlyOnLoopback)
 	var buf bytes.Buffer
 	if err := bootstrap.Render(&buf, p); err != nil {
 		t.Fatalf("Render with DNS names: %v", err)
@@ -162,5 +164,64 @@ func TestDNSNamesRouteThroughRealEnvoy(t *testing.T) {
 	}
 	if got := m.Value("meridian_sidecar_picks_total"); got < 5 {
 		t.Fatalf("the sidecar (reached by Envoy by name) picked %v times for 5 requests", got)
+	}
+}
+
+// TestTrustEnvoyValidatesWithTLS renders a mutual-TLS bootstrap, writes its SDS files, and
+// has a real Envoy validate it (which loads the secrets the SDS files name).
+func TestTrustEnvoyValidatesWithTLS(t *testing.T) {
+	envoy := stack.RequireEnvoy(t)
+	dir := t.TempDir()
+	ca, err := mtls.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.WriteCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ca.WriteIdentity(dir, mtls.Envoy("region-a"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bootstrap.DefaultParams()
+	p.NodeID = "region-a"
+	p.TLS = &bootstrap.TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}
+	if err := bootstrap.WriteSDS(p); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := bootstrap.Render(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"spiffe://meridian/control", "spiffe://meridian/node/region-a/sidecar", "preserve_external_request_id: false", "remove: x-request-id"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("bootstrap lacks %q", want)
+		}
+	}
+	path := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(envoy, "--mode", "validate", "-c", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+	}
+}
+
+// TestTrustPlaintextOnlyOnLoopback: a bootstrap without TLS refuses a control server or a
+// sidecar off this machine unless told --insecure.
+func TestTrustPlaintextOnlyOnLoopback(t *testing.T) {
+	p := bootstrap.DefaultParams()
+	p.NodeID = "region-a"
+	var buf bytes.Buffer
+	for _, xds := range []string{"10.0.0.5:18000", "meridian-control.meridian.svc:18000"} {
+		p.XDS = xds
+		if err := bootstrap.Render(&buf, p); err == nil || !strings.Contains(err.Error(), "xds "+xds+" is not a loopback address") {
+			t.Errorf("plaintext to %s: %v, want refused", xds, err)
+		}
+	}
+	p.Insecure = true
+	if err := bootstrap.Render(&buf, p); err != nil {
+		t.Errorf("with Insecure: %v", err)
 	}
 }

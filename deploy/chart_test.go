@@ -98,6 +98,7 @@ func TestChartBootstrapIsRendered(t *testing.T) {
 	p := bootstrap.DefaultParams()
 	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = "meridian-node-id-placeholder", "0.0.0.0:10000", "127.0.0.1:9901",
 		"meridian-xds-placeholder:18000", "127.0.0.1:19001", "/dev/stdout"
+	p.Insecure = true // the chart runs plaintext xDS inside the cluster (docs/security.md)
 	var want bytes.Buffer
 	if err := bootstrap.Render(&want, p); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -22,6 +23,9 @@ type loadReports struct {
 	// observe ingests each report; forget drops a sidecar whose stream ended.
 	observe func(*meridianv1.LoadReport) error
 	forget  func(node, sidecar string)
+	// gate authorizes streams and filters reports; tlsOn says peers prove identities.
+	gate  *reportGate
+	tlsOn bool
 
 	mu       sync.Mutex
 	streams  map[string]map[*policyStream]struct{} // node -> streams
@@ -31,8 +35,8 @@ type loadReports struct {
 // policyStream hands policies to one stream's sender; only the newest one matters.
 type policyStream struct{ ch chan *meridianv1.Policy }
 
-func newLoadReports(log *slog.Logger, observe func(*meridianv1.LoadReport) error, forget func(node, sidecar string)) *loadReports {
-	return &loadReports{log: log, observe: observe, forget: forget,
+func newLoadReports(log *slog.Logger, gate *reportGate, tlsOn bool, observe func(*meridianv1.LoadReport) error, forget func(node, sidecar string)) *loadReports {
+	return &loadReports{log: log, gate: gate, tlsOn: tlsOn, observe: observe, forget: forget,
 		streams: map[string]map[*policyStream]struct{}{}, policies: map[string]*meridianv1.Policy{}}
 }
 
@@ -48,6 +52,10 @@ func (l *loadReports) StreamLoad(stream meridianv1.LoadReporting_StreamLoadServe
 	}
 	ps := &policyStream{ch: make(chan *meridianv1.Policy, 1)}
 	l.mu.Lock()
+	if err := l.gate.admit(stream.Context(), l.tlsOn, node, len(l.streams[node])); err != nil {
+		l.mu.Unlock()
+		return err
+	}
 	if l.streams[node] == nil {
 		l.streams[node] = map[*policyStream]struct{}{}
 	}
@@ -101,8 +109,9 @@ func (l *loadReports) StreamLoad(stream meridianv1.LoadReporting_StreamLoadServe
 }
 
 func (l *loadReports) store(rep *meridianv1.LoadReport) {
-	if err := l.observe(rep); err != nil {
-		l.log.Warn("load report refused", "node", rep.GetNodeId(), "sidecar", rep.GetSidecarId(), "err", err)
+	if err := l.observe(l.gate.filter(rep)); err != nil {
+		l.gate.refused.WithLabelValues(refuseInvalid).Inc()
+		l.gate.note(refuseInvalid, "load report refused", fmt.Errorf("node %q sidecar %q: %w", rep.GetNodeId(), rep.GetSidecarId(), err))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/xds"
+	"github.com/meridian-router/meridian/mtls"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 	"github.com/meridian-router/meridian/xdsapi"
 )
@@ -50,6 +52,12 @@ type Config struct {
 	// xDS; see ha.go. TakeoverHold is how long a new leader keeps the old leader's weights.
 	Leader       *leader.Config
 	TakeoverHold time.Duration
+	// TLS, when set, makes the gRPC port mutual TLS: peers prove a sidecar's or an
+	// Envoy's identity (docs/security.md). The files are re-read every TLSReload.
+	TLS       mtls.Files
+	TLSReload time.Duration
+	// Insecure allows plaintext gRPC on a non-loopback XDSListen.
+	Insecure bool
 }
 
 // Validate reports the first unusable field.
@@ -77,6 +85,12 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if c.TLS.Enabled() && c.TLSReload <= 0 {
+		return fmt.Errorf("--tls-reload must be > 0 (got %s)", c.TLSReload)
+	}
+	if err := c.checkTransport(); err != nil {
+		return err
+	}
 	if err := c.Signals.Validate(); err != nil {
 		return err
 	}
@@ -91,6 +105,9 @@ type Server struct {
 	reports *loadReports
 	signals *signals.Aggregator
 	ha      *ha
+	tls     *mtls.Source // nil: plaintext
+	ads     *adsAuth
+	scrapes *scrapeLog
 
 	// ctlMu serializes the control loop: fleet reloads and periodic solves.
 	ctlMu sync.Mutex
@@ -114,6 +131,8 @@ type metrics struct {
 	publishes    prometheus.Counter
 	nacks        *prometheus.CounterVec
 	version      prometheus.Gauge
+	// handshakeFailures counts refused TLS handshakes on the gRPC port, by reason.
+	handshakeFailures *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -129,8 +148,10 @@ func newMetrics() *metrics {
 		publishes:    prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_control_publishes_total", Help: "Snapshot versions published."}),
 		nacks:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_control_xds_nacks_total", Help: "xDS responses rejected by a client."}, []string{"node", "type_url"}),
 		version:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_control_snapshot_version", Help: "Number of snapshot versions this server instance has published."}),
+		handshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_control_tls_handshake_failures_total",
+			Help: "TLS handshakes on the gRPC port that failed, by reason."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.solveSeconds, m.solveErrors, m.objective, m.shedRPS, m.reloads, m.reloadErrors, m.publishes, m.nacks, m.version,
+	m.reg.MustRegister(m.solveSeconds, m.solveErrors, m.objective, m.shedRPS, m.reloads, m.reloadErrors, m.publishes, m.nacks, m.version, m.handshakeFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -152,13 +173,28 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		pub:     xds.NewPublisher(cfg.Log, xdsapi.DefaultClusterOptions(), xdsapi.DefaultRouteOptions()),
 		metrics: newMetrics(),
-		reports: newLoadReports(cfg.Log, agg.ObserveReport, agg.ForgetSidecar),
 		signals: agg,
 		opt:     opt,
 	}
-	s.metrics.reg.MustRegister(fleetCollector{s})
+	if cfg.TLS.Enabled() {
+		if s.tls, err = mtls.NewSource(cfg.TLS, mtls.Control(), cfg.Log); err != nil {
+			return nil, fmt.Errorf("control server TLS: %w", err)
+		}
+	}
+	gate := newReportGate(cfg.Log, s.currentFleet, s.pub.Plan)
+	s.reports = newLoadReports(cfg.Log, gate, s.tls != nil, agg.ObserveReport, agg.ForgetSidecar)
+	s.ads = &adsAuth{tlsOn: s.tls != nil, fleet: s.currentFleet, refused: gate.refused, note: gate.note, streams: map[int64]*adsStream{}}
+	s.scrapes = newScrapeLog(cfg.Log)
+	s.metrics.reg.MustRegister(fleetCollector{s}, gate.refused, gate.dropped, s.scrapes.failures)
 	s.ha = newHA(s)
 	return s, nil
+}
+
+// currentFleet is the fleet in use (nil before the first).
+func (s *Server) currentFleet() *fleet.Fleet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fleet
 }
 
 // Run serves until ctx is done. It fails fast when the fleet file is invalid at start, since
@@ -169,6 +205,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	if f.Discovery == nil {
+		// One scrape before the first solve: an engine not running at start is logged and
+		// gets no share of the first weights.
+		s.scrapeOnce(ctx, &signals.Scraper{Client: &http.Client{Timeout: min(s.cfg.ScrapeInterval, 2*time.Second)}}, f)
 		if err := s.apply(ctx, f); err != nil {
 			return err
 		}
@@ -182,10 +221,10 @@ func (s *Server) Run(ctx context.Context) error {
 		xdsLn.Close()
 		return fmt.Errorf("http listen on %s: %w", s.cfg.HTTPListen, err)
 	}
-	grpcSrv := grpc.NewServer(
+	grpcSrv := grpc.NewServer(append(s.transportOption(),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	xdsSrv := serverv3.NewServer(ctx, s.pub.Cache(), s.callbacks())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(grpcSrv, xdsSrv)
 	meridianv1.RegisterLoadReportingServer(grpcSrv, s.reports)
@@ -198,7 +237,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	httpSrv := &http.Server{Handler: s.httpHandler(dashboard.HandlerWithHistory(hist)), ReadHeaderTimeout: 10 * time.Second}
-	s.cfg.Log.Info("control server listening", "xds", xdsLn.Addr().String(), "http", httpLn.Addr().String())
+	s.cfg.Log.Info("control server listening", "xds", xdsLn.Addr().String(), "http", httpLn.Addr().String(), "tls", s.tls != nil)
 
 	errc := make(chan error, 3)
 	go func() { errc <- grpcSrv.Serve(xdsLn) }()
@@ -229,6 +268,9 @@ func (s *Server) Run(ctx context.Context) error {
 			errc <- err
 		}
 	}()
+	if s.tls != nil {
+		go s.tls.Watch(watchCtx, s.cfg.TLSReload)
+	}
 	go s.solveLoop(watchCtx)
 	go s.scrapeLoop(watchCtx)
 	go hist.Run(watchCtx)
@@ -301,17 +343,29 @@ func (s *Server) scrapeLoop(ctx context.Context) {
 		f := s.fleet
 		s.mu.Unlock()
 		if f != nil {
-			targets := make([]signals.Target, 0, len(f.Engines))
-			for _, e := range f.Engines {
-				targets = append(targets, signals.Target{Engine: e.Name, URL: e.MetricsURL})
-			}
-			s.signals.ScrapeAll(ctx, sc, targets, 16)
+			s.scrapeOnce(ctx, sc, f)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// scrapeOnce scrapes every engine of f once, logging and counting failures.
+func (s *Server) scrapeOnce(ctx context.Context, sc *signals.Scraper, f *fleet.Fleet) {
+	targets := make([]signals.Target, 0, len(f.Engines))
+	names := make([]string, 0, len(f.Engines))
+	urls := make(map[string]string, len(f.Engines))
+	for _, e := range f.Engines {
+		targets = append(targets, signals.Target{Engine: e.Name, URL: e.MetricsURL})
+		names = append(names, e.Name)
+		urls[e.Name] = e.MetricsURL
+	}
+	failed := s.signals.ScrapeAll(ctx, sc, targets, 16)
+	if ctx.Err() == nil {
+		s.scrapes.record(names, urls, failed, time.Now())
 	}
 }
 
@@ -390,7 +444,15 @@ func weightFunc(f *fleet.Fleet, res *optimizer.Result) xds.WeightFunc {
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
+		StreamOpenFunc:         func(ctx context.Context, id int64, _ string) error { return s.ads.open(ctx, id) },
+		StreamClosedFunc:       func(id int64, _ *corev3.Node) { s.ads.closed(id) },
+		DeltaStreamOpenFunc:    func(ctx context.Context, id int64, _ string) error { return s.ads.open(ctx, id) },
+		DeltaStreamClosedFunc:  func(id int64, _ *corev3.Node) { s.ads.closed(id) },
+		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error { return s.ads.request(id, req.GetNode()) },
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			if err := s.ads.request(id, req.GetNode()); err != nil {
+				return err
+			}
 			// Every node and type a client asks for gets its series at 0, so that the first
 			// NACK shows in increase() and dashboards see the series before anything fails.
 			node := req.GetNode().GetId()

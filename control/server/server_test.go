@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +29,8 @@ const fleetYAML = `
 models: [{name: m}]
 clusters: [{name: region-a, region: a}]
 engines:
-  - {name: e0, address: "127.0.0.1:1", region: a, models: [m], capacity_rps: 10}
-  - {name: e1, address: "127.0.0.1:2", region: a, models: [m], capacity_rps: 10}
+  - {name: e0, address: "127.0.0.1:1", region: a, models: [m], capacity_rps: 10, metrics_url: "METRICS"}
+  - {name: e1, address: "127.0.0.1:2", region: a, models: [m], capacity_rps: 10, metrics_url: "METRICS"}
 rtt_ms: {region-a: {a: 1}}
 `
 
@@ -50,9 +52,22 @@ func startServer(t *testing.T) (xdsAddr, httpBase string) {
 // startServerWith lets a test edit the server's config before it starts.
 func startServerWith(t *testing.T, edit func(*server.Config)) (xdsAddr, httpBase string) {
 	t.Helper()
+	if edit == nil {
+		return startServerFleet(t, fleetYAML)
+	}
+	return startServerFleet(t, fleetYAML, edit)
+}
+
+// startServerFleet is startServer on the given fleet file, with edits to its config.
+func startServerFleet(t *testing.T, fleetYAML string, edits ...func(*server.Config)) (xdsAddr, httpBase string) {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(path, []byte(fleetYAML), 0o644); err != nil {
+	// The engines' metrics answer (with no vLLM series): an engine that cannot be scraped
+	// gets no traffic.
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(metrics.Close)
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(fleetYAML, "METRICS", metrics.URL+"/metrics")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := server.Config{
@@ -62,7 +77,7 @@ func startServerWith(t *testing.T, edit func(*server.Config)) (xdsAddr, httpBase
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	cfg.Signals.HalfLife = 200 * time.Millisecond
-	if edit != nil {
+	for _, edit := range edits {
 		edit(&cfg)
 	}
 	srv, err := server.New(cfg)

@@ -80,6 +80,19 @@ type sidecarKey struct{ node, sidecar string }
 type sidecarState struct {
 	last   time.Time
 	demand map[string]*ewma // by model, req/s
+	// engines is what this sidecar said of each engine. It is kept per reporter, not
+	// folded into the engine's state, so that it leaves with the reporter: a forged or
+	// stale view of an engine ends with the stream that sent it (ForgetSidecar), and
+	// fades while its reporter is silent (see reporterView.penaltyAt).
+	engines map[string]*reporterView
+}
+
+// reporterView is one sidecar's view of one engine.
+type reporterView struct {
+	errRate, penalty ewma
+	reqRate          ewma      // requests/s the sidecar sent it: weighs its error rate
+	errAt            time.Time // when errRate last had requests to learn from
+	at               time.Time // the last report that mentioned the engine
 }
 
 type engineState struct {
@@ -93,8 +106,6 @@ type engineState struct {
 	kvCache, prefixHit  ewma
 	arrival             ewma
 	ttft, itl, e2e      ewma
-	errRate, penalty    ewma
-	errAt               time.Time // when errRate last had requests to learn from
 	sidecarTTFT         ewma
 	fit                 fitter
 	everScraped, served bool
@@ -194,7 +205,7 @@ func (a *Aggregator) ObserveReport(r *meridianv1.LoadReport) error {
 	key := sidecarKey{r.GetNodeId(), r.GetSidecarId()}
 	sc := a.sidecars[key]
 	if sc == nil {
-		sc = &sidecarState{demand: map[string]*ewma{}}
+		sc = &sidecarState{demand: map[string]*ewma{}, engines: map[string]*reporterView{}}
 		a.sidecars[key] = sc
 	}
 	sc.last = now
@@ -208,9 +219,17 @@ func (a *Aggregator) ObserveReport(r *meridianv1.LoadReport) error {
 	}
 	for _, o := range r.GetEngines() {
 		st := a.engine(o.GetEngine(), now)
-		if n := o.GetRequests(); n > 0 {
-			st.errRate.add(float64(o.GetErrors())/float64(n), span, hl)
-			st.errAt = now
+		rv := sc.engines[o.GetEngine()]
+		if rv == nil {
+			rv = &reporterView{}
+			sc.engines[o.GetEngine()] = rv
+		}
+		rv.at = now
+		n := o.GetRequests()
+		rv.reqRate.add(float64(n)/span.Seconds(), span, hl)
+		if n > 0 {
+			rv.errRate.add(float64(o.GetErrors())/float64(n), span, hl)
+			rv.errAt = now
 			if o.GetErrors() < n {
 				st.lastServed, st.served = now, true
 			}
@@ -219,10 +238,29 @@ func (a *Aggregator) ObserveReport(r *meridianv1.LoadReport) error {
 			}
 		}
 		if p := o.GetPenalty(); p > 0 && p <= 1 {
-			st.penalty.add(p, span, hl)
+			rv.penalty.add(p, span, hl)
 		}
 	}
 	return nil
+}
+
+// penaltyAt is the reporter's penalty, fading back to 1 with the time since it last
+// reported the engine (one half-life halves the distance to 1).
+func (rv *reporterView) penaltyAt(now time.Time, halfLife time.Duration) float64 {
+	p := math.Min(1, rv.penalty.value(1))
+	return 1 - (1-p)*math.Exp2(-now.Sub(rv.at).Seconds()/halfLife.Seconds())
+}
+
+// errorRateAt is the reporter's smoothed error rate, fading with the time since it last
+// sent the engine requests. A Failing engine gets no traffic, so without the fade it would
+// never be heard from again and stay Failing after it recovered; with it, it is tried
+// again after a few half-lives and either serves or fails again.
+func (rv *reporterView) errorRateAt(now time.Time, halfLife time.Duration) float64 {
+	r := rv.errRate.value(0)
+	if rv.errAt.IsZero() || r == 0 {
+		return r
+	}
+	return r * math.Exp2(-now.Sub(rv.errAt).Seconds()/halfLife.Seconds())
 }
 
 func checkReport(r *meridianv1.LoadReport) error {
@@ -255,10 +293,13 @@ type Target struct {
 
 // ScrapeAll scrapes every target, at most parallel at a time, and records
 // each result. It returns when all are done or ctx ends; a scrape still
-// running when ctx ends fails and is recorded as such.
-func (a *Aggregator) ScrapeAll(ctx context.Context, sc *Scraper, targets []Target, parallel int) {
+// running when ctx ends fails and is recorded as such. It returns the failed
+// scrapes' errors by engine (nil when all succeeded), for the caller to log.
+func (a *Aggregator) ScrapeAll(ctx context.Context, sc *Scraper, targets []Target, parallel int) map[string]error {
 	sem := make(chan struct{}, max(1, parallel))
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed map[string]error
 	for _, t := range targets {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -267,17 +308,26 @@ func (a *Aggregator) ScrapeAll(ctx context.Context, sc *Scraper, targets []Targe
 			s, err := sc.Scrape(ctx, t.URL)
 			if err != nil {
 				a.ObserveScrapeError(t.Engine, err)
+				mu.Lock()
+				if failed == nil {
+					failed = map[string]error{}
+				}
+				failed[t.Engine] = err
+				mu.Unlock()
 				return
 			}
 			a.ObserveScrape(t.Engine, s)
 		}()
 	}
 	wg.Wait()
+	return failed
 }
 
-// ForgetSidecar drops a sidecar's demand at once. Call it when the sidecar's report stream
-// ends: a sidecar that restarts reports under a new id, and holding the old one's demand
-// for ForgetAfter would count the node's demand twice.
+// ForgetSidecar drops a sidecar's demand and everything it said of engines (errors,
+// penalties) at once. Call it when the sidecar's report stream ends: a sidecar that
+// restarts reports under a new id, and holding the old one's demand for ForgetAfter would
+// count the node's demand twice; and nothing a disconnected reporter said may keep
+// steering the fleet.
 func (a *Aggregator) ForgetSidecar(node, sidecar string) {
 	a.mu.Lock()
 	delete(a.sidecars, sidecarKey{node, sidecar})

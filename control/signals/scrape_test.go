@@ -214,14 +214,18 @@ func TestScrapeAll(t *testing.T) {
 	targets := []Target{{"up", good.URL}, {"down", bad.URL}, {"up2", good.URL}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	a.ScrapeAll(ctx, &Scraper{}, targets, 2)
+	failed := a.ScrapeAll(ctx, &Scraper{}, targets, 2)
+	if len(failed) != 1 || failed["down"] == nil {
+		t.Errorf("failed scrapes %v, want only down's", failed)
+	}
 	snap := a.Snapshot([]EngineSpec{{Name: "up"}, {Name: "down"}, {Name: "up2"}})
 	for _, name := range []string{"up", "up2"} {
 		if es := snap.Engines[name]; es.State != OK || es.Running != 3 {
 			t.Errorf("%s: state %v running %v", name, es.State, es.Running)
 		}
 	}
-	if es := snap.Engines["down"]; es.State != Unknown || !strings.Contains(es.LastError, "503") {
-		t.Errorf("down: state %v, last error %q (never scraped, still in its grace period)", es.State, es.LastError)
+	// An engine whose first scrape fails (not running at start) gets no grace period.
+	if es := snap.Engines["down"]; es.State != Suspect || !strings.Contains(es.LastError, "503") {
+		t.Errorf("down: state %v, last error %q, want suspect: its first scrape failed", es.State, es.LastError)
 	}
 }

@@ -13,8 +13,8 @@ import (
 type State int
 
 const (
-	// Unknown: listed less than StaleAfter ago and not scraped yet. It is
-	// trusted with its configured curve until the grace ends.
+	// Unknown: listed less than StaleAfter ago and no scrape tried yet. It is
+	// trusted with its configured curve until the grace ends or a scrape fails.
 	Unknown State = iota
 	// OK: scraped within StaleAfter.
 	OK
@@ -116,11 +116,14 @@ func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
 	now := a.now()
 	snap := Snapshot{At: now, Demand: map[string]map[string]float64{}, Engines: make(map[string]EngineState, len(specs))}
 	a.demand(now, &snap)
+	views := a.reporterViews(now)
+	listed := make(map[string]bool, len(specs))
 	byClass := map[string][]int{}
 	states := make([]*engineState, len(specs))
 	for i, spec := range specs {
+		listed[spec.Name] = true
 		states[i] = a.engine(spec.Name, now)
-		snap.Engines[spec.Name] = a.engineState(states[i], spec, now)
+		snap.Engines[spec.Name] = a.engineState(states[i], spec, views[spec.Name], now)
 		k := classKey(spec)
 		byClass[k] = append(byClass[k], i)
 	}
@@ -168,6 +171,12 @@ func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
 			snap.Engines[specs[i].Name] = es
 		}
 	}
+	// Engines no longer listed are forgotten: state is bounded by the fleet file.
+	for name := range a.engines {
+		if !listed[name] {
+			delete(a.engines, name)
+		}
+	}
 	return snap
 }
 
@@ -183,6 +192,50 @@ func classKey(spec EngineSpec) string {
 	models := slices.Clone(spec.Models)
 	slices.Sort(models)
 	return fmt.Sprintf("%v|%g|%g|%g", models, spec.Capacity, spec.Curve.Base, spec.Curve.Queue)
+}
+
+// engineViews is what the live reporters say of one engine, combined.
+type engineViews struct {
+	penaltySum float64 // sum of the reporters' (fading) penalties
+	reporters  int
+	errWeighed float64 // Σ error rate × request rate
+	reqRate    float64 // Σ request rate
+	anyErr     float64 // the largest error rate, for when no reporter sent requests lately
+}
+
+// penalty is the reporters' mean penalty, 1 with none.
+func (v engineViews) penalty() float64 {
+	if v.reporters == 0 {
+		return 1
+	}
+	return v.penaltySum / float64(v.reporters)
+}
+
+// errorRate is the reporters' error rate weighted by the requests each sent.
+func (v engineViews) errorRate() float64 {
+	if v.reqRate > 0 {
+		return v.errWeighed / v.reqRate
+	}
+	return v.anyErr
+}
+
+// reporterViews combines every live reporter's view of each engine; a.mu is held.
+func (a *Aggregator) reporterViews(now time.Time) map[string]engineViews {
+	out := map[string]engineViews{}
+	for _, sc := range a.sidecars {
+		for name, rv := range sc.engines {
+			v := out[name]
+			v.reporters++
+			v.penaltySum += rv.penaltyAt(now, a.cfg.HalfLife)
+			r := rv.errorRateAt(now, a.cfg.HalfLife)
+			q := rv.reqRate.value(0)
+			v.errWeighed += r * q
+			v.reqRate += q
+			v.anyErr = math.Max(v.anyErr, r)
+			out[name] = v
+		}
+	}
+	return out
 }
 
 func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
@@ -211,10 +264,10 @@ func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
 	slices.Sort(snap.StaleNodes)
 }
 
-func (a *Aggregator) engineState(st *engineState, spec EngineSpec, now time.Time) EngineState {
+func (a *Aggregator) engineState(st *engineState, spec EngineSpec, views engineViews, now time.Time) EngineState {
 	fresh := func(t time.Time) bool { return !t.IsZero() && now.Sub(t) <= a.cfg.StaleAfter }
 	es := EngineState{
-		Penalty:       math.Min(1, st.penalty.value(1)),
+		Penalty:       views.penalty(),
 		ArrivalRate:   st.arrival.value(0),
 		Running:       st.running.value(0),
 		Waiting:       st.waiting.value(0),
@@ -224,7 +277,7 @@ func (a *Aggregator) engineState(st *engineState, spec EngineSpec, now time.Time
 		ITL:           st.itl.value(0),
 		E2E:           st.e2e.value(0),
 		SidecarTTFT:   st.sidecarTTFT.value(0),
-		ErrorRate:     st.errorRate(now, a.cfg.HalfLife),
+		ErrorRate:     views.errorRate(),
 		LastScrape:    st.lastScrape,
 		LastServed:    st.lastServed,
 		LastError:     st.lastError,
@@ -237,7 +290,9 @@ func (a *Aggregator) engineState(st *engineState, spec EngineSpec, now time.Time
 		es.State = OK
 	case fresh(st.lastServed):
 		es.State = Degraded
-	case !st.everScraped && !st.served && now.Sub(st.listed) <= a.cfg.StaleAfter:
+	case !st.everScraped && !st.served && st.lastError == "" && now.Sub(st.listed) <= a.cfg.StaleAfter:
+		// Trusted on its configured curve until its first scrape; an engine whose first
+		// scrape failed (not running at start) is not trusted for the grace period.
 		es.State = Unknown
 	default:
 		es.State = Suspect
@@ -292,16 +347,4 @@ func (s *State) UnmarshalText(b []byte) error {
 		}
 	}
 	return fmt.Errorf("unknown engine state %q", b)
-}
-
-// errorRate is the smoothed error rate, fading with the time since any sidecar last sent
-// the engine requests. A Failing engine gets no traffic, so without the fade it would never
-// be heard from again and stay Failing after it recovered; with it, it is tried again after
-// a few half-lives and either serves or fails again.
-func (st *engineState) errorRate(now time.Time, halfLife time.Duration) float64 {
-	r := st.errRate.value(0)
-	if st.errAt.IsZero() || r == 0 {
-		return r
-	}
-	return r * math.Exp2(-now.Sub(st.errAt).Seconds()/halfLife.Seconds())
 }

@@ -163,7 +163,18 @@ func setMaxInFlight(ctx context.Context, t *testing.T, s *stack.Stack, n int) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if m, err = s.ControlMetrics(ctx); err == nil && m.Value("meridian_control_publishes_total") > published {
-			time.Sleep(500 * time.Millisecond) // the push to Envoy and the sidecar
+			// The push to the sidecar (which enforces the caps) can take most of a second
+			// on a loaded machine: wait for it, then give Envoy a moment.
+			v, err := s.ControlVersion(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := s.WaitSidecarVersion(wctx, node, v); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
 			return
 		}
 	}

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/mtls"
 )
 
 // gieEnvoy rewrites a node's bootstrap into the shape a Gateway API Inference Extension
@@ -143,7 +146,16 @@ func TestE2EBehindAGIEGateway(t *testing.T) {
 	}
 
 	// The gRPC health service on the sidecar's ext_proc port.
-	conn, err := grpc.NewClient(argValue(node.Sidecar.Args, "--listen"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The stack runs mutual TLS: the sidecar answers only its node's Envoy identity.
+	creds := insecure.NewCredentials()
+	if s.PKI != nil {
+		src, err := mtls.NewSource(s.PKI.Files(mtls.Envoy(node.Name)), mtls.Envoy(node.Name), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		creds = src.ClientCredentials(mtls.Sidecar(node.Name))
+	}
+	conn, err := grpc.NewClient(argValue(node.Sidecar.Args, "--listen"), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

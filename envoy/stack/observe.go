@@ -301,3 +301,19 @@ func (s *Stack) ControlVersion(ctx context.Context) (string, error) {
 	}
 	return doc.Version, nil
 }
+
+// WaitSidecarVersion waits until node's sidecar routes on the snapshot version (its log's
+// "routing updated ... version=<version>"): a published change has reached it.
+func (s *Stack) WaitSidecarVersion(ctx context.Context, node, version string) error {
+	want := []byte("version=" + version + " ")
+	for {
+		if b, err := os.ReadFile(s.Nodes[node].Sidecar.Log); err == nil && bytes.Contains(b, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sidecar %s never routed on version %s: %w", node, version, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

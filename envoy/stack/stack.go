@@ -17,6 +17,7 @@ import (
 
 	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/mtls"
 	"github.com/meridian-router/meridian/xdsapi"
 )
 
@@ -67,6 +68,9 @@ type Spec struct {
 	// (for Envoy shapes the template does not offer, such as a GIE gateway's).
 	// It gets the stack being started, whose Engines have their addresses.
 	BootstrapYAML func(s *Stack, node string, yaml []byte) ([]byte, error)
+	// Plaintext runs every connection meridian owns without TLS (allowed on loopback).
+	// By default a stack runs mutual TLS everywhere, with a throwaway CA (Stack.PKI).
+	Plaintext bool
 }
 
 // Stack is a running system.
@@ -78,6 +82,8 @@ type Stack struct {
 	ControlHTTP string // http://ip:port
 	Nodes       map[string]*Node
 	Engines     map[string]*Engine
+	// PKI issued every certificate; nil for a Plaintext stack.
+	PKI *PKI
 }
 
 // Node is one running data-plane node.
@@ -86,6 +92,7 @@ type Node struct {
 	URL         string // http://ip:port of Envoy's listener
 	AdminURL    string
 	SidecarHTTP string
+	SidecarGRPC string // ip:port of the sidecar's ext_proc and access-log server
 	AccessLog   string
 	Envoy       *Proc
 	Sidecar     *Proc
@@ -179,6 +186,11 @@ func start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
+	if !spec.Plaintext {
+		if s.PKI, err = newPKI(filepath.Join(spec.Dir, "pki"), spec.Nodes); err != nil {
+			return nil, err
+		}
+	}
 	if s.ControlXDS, err = port(); err != nil {
 		return nil, err
 	}
@@ -188,7 +200,7 @@ func start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 	}
 	s.ControlHTTP = "http://" + ctlHTTP
 	s.Control = s.proc("control", spec.Bins.Control, append([]string{"--fleet", s.FleetPath,
-		"--xds-listen", s.ControlXDS, "--http-listen", ctlHTTP, "--poll-interval", "100ms"}, spec.ControlArgs...))
+		"--xds-listen", s.ControlXDS, "--http-listen", ctlHTTP, "--poll-interval", "100ms"}, append(s.tlsArgs(mtls.Control()), spec.ControlArgs...)...))
 	if err := s.Control.Start(); err != nil {
 		return nil, err
 	}
@@ -260,7 +272,7 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	if err != nil {
 		return nil, err
 	}
-	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP,
+	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP, SidecarGRPC: sidecar,
 		AccessLog: filepath.Join(s.spec.Dir, "access-"+n.Name+".jsonl")}
 	p := bootstrap.DefaultParams()
 	control := s.ControlXDS
@@ -270,8 +282,17 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	}
 	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = n.Name, listen, admin, control, sidecar, node.AccessLog
 	p.WithoutSidecar = n.WithoutSidecar
+	if s.PKI != nil {
+		f := s.PKI.Files(mtls.Envoy(n.Name))
+		p.TLS = &bootstrap.TLSFiles{Cert: f.Cert, Key: f.Key, CA: f.CA}
+	}
 	if s.spec.Bootstrap != nil {
 		s.spec.Bootstrap(&p)
+	}
+	if p.TLS != nil {
+		if err := bootstrap.WriteSDS(p); err != nil {
+			return nil, fmt.Errorf("bootstrap for %s: %w", n.Name, err)
+		}
 	}
 	bpath := filepath.Join(s.spec.Dir, "envoy-"+n.Name+".yaml")
 	var buf bytes.Buffer
@@ -293,7 +314,7 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	}
 	node.Sidecar = s.proc("sidecar-"+n.Name, bin, append([]string{"--node-id", n.Name,
 		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", control,
-		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}, s.spec.SidecarArgs...))
+		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}, append(s.tlsArgs(mtls.Sidecar(n.Name)), s.spec.SidecarArgs...)...))
 	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",
 		"--concurrency", strconv.Itoa(s.spec.EnvoyConcurrency), "--log-level", "warn", "--file-flush-interval-msec", "50"})
 	if !n.WithoutSidecar {
@@ -305,6 +326,14 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		return nil, err
 	}
 	return node, nil
+}
+
+// tlsArgs are the TLS flags of id's process; none for a Plaintext stack.
+func (s *Stack) tlsArgs(id mtls.Identity) []string {
+	if s.PKI == nil {
+		return nil
+	}
+	return tlsArgs(s.PKI.Files(id))
 }
 
 // WaitNodeReady waits until the node's sidecar has a routing snapshot and its Envoy is live

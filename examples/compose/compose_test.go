@@ -184,6 +184,7 @@ func render(t *testing.T, node, xds string) []byte {
 	t.Helper()
 	p := bootstrap.DefaultParams()
 	p.NodeID, p.Listen, p.XDS, p.TrustPriorityHeader = node, "0.0.0.0:10000", xds, true
+	p.Insecure = true // plaintext on the compose network, as the compose file says
 	var b bytes.Buffer
 	if err := bootstrap.Render(&b, p); err != nil {
 		t.Fatal(err)

@@ -50,6 +50,8 @@ type Config struct {
 	// Content-Length exceeds it is not steered (Envoy could lose the end of such a body), and
 	// Envoy's weighted fallback routes it.
 	BodyLimitBytes int64
+	// MaxRequest bounds request bodies per model (413 above; bodylimit.go).
+	MaxRequest RequestLimits
 	// HoldTimeout bounds how long a request whose body Envoy streams (STREAMED with
 	// send_body_without_waiting_for_header_response) waits for the rest of its body before
 	// the sidecar routes on what it has. Keep it under Envoy's ext_proc message_timeout,
@@ -116,6 +118,9 @@ func (c Config) Validate() error {
 	if c.SheddableBelow < 0 || c.SheddableBelow > c.Shed.Priorities {
 		add(fmt.Errorf("shed.sheddable_below must be in [0, shed.priorities=%d] (got %d)", c.Shed.Priorities, c.SheddableBelow))
 	}
+	if err := c.MaxRequest.Validate(); err != nil {
+		add(fmt.Errorf("request.%w", err))
+	}
 	if c.BodyLimitBytes < 4096 {
 		add(fmt.Errorf("request.body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
 	}
@@ -169,6 +174,8 @@ type FileRequest struct {
 	AffinityBlocks int           `yaml:"affinity_blocks"`
 	BodyLimitBytes int64         `yaml:"body_limit_bytes"`
 	HoldTimeout    time.Duration `yaml:"hold_timeout"`
+	// MaxRequestBytes: larger bodies get 413 in OpenAI's shape before any engine sees them.
+	MaxRequestBytes RequestLimits `yaml:"max_request_bytes"`
 }
 
 // FilePicker is the file's picker: section.
@@ -204,7 +211,8 @@ func DefaultFile() File {
 	req, pk, rt, sh := request.DefaultOptions(), picker.DefaultConfig(), guard.DefaultRetryConfig(), guard.DefaultShedConfig()
 	return File{
 		Request: FileRequest{BlockBytes: req.BlockBytes, MaxBlocks: req.MaxBlocks, AffinityBlocks: 16,
-			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond},
+			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
+			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
 		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
 		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
@@ -257,6 +265,9 @@ func (f File) Validate() error {
 	}
 	if r.HoldTimeout <= 0 {
 		bad("request.hold_timeout", "is %s: want > 0 (and under Envoy's ext_proc message_timeout)", r.HoldTimeout)
+	}
+	if err := r.MaxRequestBytes.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("request.%w", err))
 	}
 	p := f.Picker
 	if p.Fallbacks < 0 || p.Fallbacks > picker.MaxExamined-1 {
@@ -335,6 +346,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		MaxRequestAge:   15 * time.Minute,
 		BodyLimitBytes:  f.Request.BodyLimitBytes,
 		HoldTimeout:     f.Request.HoldTimeout,
+		MaxRequest:      f.Request.MaxRequestBytes,
 		Log:             log,
 	}
 	if err := c.Validate(); err != nil {

@@ -23,6 +23,7 @@ func (s *Server) ApplyPolicy(p *meridianv1.Policy) {
 func (s *Server) Report(ctx context.Context, conn grpc.ClientConnInterface, nodeID, sidecarID string) {
 	client := meridianv1.NewLoadReportingClient(conn)
 	backoff := 100 * time.Millisecond
+	var refusedLogged time.Time
 	for ctx.Err() == nil {
 		began := time.Now()
 		err := s.reportOnce(ctx, client, nodeID, sidecarID)
@@ -32,7 +33,7 @@ func (s *Server) Report(ctx context.Context, conn grpc.ClientConnInterface, node
 		if time.Since(began) > 10*time.Second {
 			backoff = 100 * time.Millisecond
 		}
-		s.cfg.Log.Debug("load report stream ended; reconnecting", "err", err, "in", backoff)
+		logReportEnd(s.cfg.Log, err, backoff, &refusedLogged)
 		select {
 		case <-ctx.Done():
 			return

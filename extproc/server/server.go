@@ -205,6 +205,7 @@ type streamState struct {
 	hasSubset bool
 	// contentLength is the request's Content-Length, 0 when absent.
 	contentLength int64
+	counted       bodyCount // the body after the decision, against its limit
 
 	// hold is set when Envoy streams the body without waiting for the headers answer
 	// (STREAMED with send_body_without_waiting_for_header_response): the sidecar keeps
@@ -301,6 +302,10 @@ func (s *Server) handle(ctx context.Context, st *streamState, req *extprocv3.Pro
 // is answered, in order, after the headers.
 func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.HttpBody) {
 	if st.decided {
+		if r := s.streamedOverLimit(ctx, st, len(b.GetBody())); r != nil {
+			st.out = append(st.out, r)
+			return
+		}
 		st.out = append(st.out, continueBody)
 		return
 	}
@@ -467,6 +472,9 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 			st.req.Blocks = st.blocks[:0]
 		}
 		err = request.Parse(st.kind, body, eos, s.cfg.Request, &st.req)
+	}
+	if d, over := s.bodyOverLimit(ctx, st, body, eos); over {
+		return d
 	}
 	if request.IsTruncatedBeforeModel(err) {
 		// The request may be fine; it is just not steerable. Envoy's default route and its

@@ -35,6 +35,9 @@ type Config struct {
 	Log      *slog.Logger
 	// MaxBackoff caps the wait between reconnects (doubling from 100 ms).
 	MaxBackoff time.Duration
+	// OnStreamError, when set, is told why each stream ended (a refused node id, an
+	// unreachable or untrusted control server), so the caller can say why it has no view.
+	OnStreamError func(error)
 }
 
 // Run keeps a subscription open until ctx is done.
@@ -54,6 +57,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if time.Since(start) > 10*time.Second {
 			backoff = 100 * time.Millisecond
+		}
+		if cfg.OnStreamError != nil {
+			cfg.OnStreamError(err)
 		}
 		cfg.Log.Warn("xDS stream ended; keeping the last view and reconnecting", "err", err, "in", backoff)
 		select {

@@ -36,14 +36,15 @@ import (
 )
 
 type options struct {
-	rates   []float64
-	slice   time.Duration
-	slices  int
-	prompt  int
-	bytes   int // when > 0, every prompt is this many bytes (replaces prompt)
-	workers int
-	dir     string
-	profile string
+	rates     []float64
+	slice     time.Duration
+	slices    int
+	prompt    int
+	bytes     int // when > 0, every prompt is this many bytes (replaces prompt)
+	workers   int
+	dir       string
+	profile   string
+	plaintext bool
 }
 
 func main() {
@@ -60,6 +61,7 @@ func main() {
 	fs.IntVar(&o.bytes, "prompt-bytes", 0, "when set, every prompt is this many bytes of text (for example 220000, the\nlong prompts of llm-d-router issue #1109), 16 shared prefixes, each request's own suffix")
 	fs.IntVar(&o.workers, "envoy-workers", 1, "Envoy worker threads for each Envoy")
 	fs.StringVar(&o.profile, "cpu-profile", "", "write a CPU profile of the sidecar during the first measured slice to this file")
+	fs.BoolVar(&o.plaintext, "plaintext", false, "run every connection meridian owns without TLS (loopback)")
 	fs.StringVar(&o.dir, "dir", "", "directory for logs (default: a temp dir, removed afterwards)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -138,6 +140,9 @@ func run(ctx context.Context, o options) error {
 	instant := []string{"--ttft", "0s", "--itl", "0s"}
 	spec := stack.Spec{
 		Dir: dir, Bins: bins, EnvoyConcurrency: o.workers,
+		// Mutual TLS on every connection, as `make demo` and the tests run (and the no-op
+		// ext_proc server serves it too); --plaintext measures without.
+		Plaintext: o.plaintext,
 		Nodes: []stack.NodeSpec{{Name: "sidecar", Region: "a"}, {Name: "baseline", Region: "a", WithoutSidecar: true},
 			{Name: "noop", Region: "a", SidecarBin: nullproc}},
 		Engines: []stack.EngineSpec{

@@ -58,6 +58,11 @@ func main() {
 	fs.Float64Var(&rb.ZeroAt, "retry-zero-at", rb.ZeroAt, "utilization from which no budgeted retries are granted")
 	fs.StringVar(&rb.RetryOn, "retry-on", rb.RetryOn, "x-envoy-retry-on for budgeted retries (Envoy's retry conditions, comma-separated)")
 	le := addLeaderFlags(fs)
+	fs.StringVar(&cfg.TLS.Cert, "tls-cert", "", "PEM certificate naming spiffe://meridian/control; with --tls-key and --tls-ca turns on mutual TLS on --xds-listen")
+	fs.StringVar(&cfg.TLS.Key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.TLS.CA, "tls-ca", "", "PEM CA bundle that signs every sidecar's and Envoy's certificate")
+	fs.DurationVar(&cfg.TLSReload, "tls-reload", 2*time.Second, "how often the TLS files are checked for a rotated certificate")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow plaintext gRPC on a non-loopback --xds-listen: anyone who reaches it can steer the fleet")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -30,6 +30,7 @@ import (
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
+	"github.com/meridian-router/meridian/mtls"
 )
 
 type flags struct {
@@ -42,6 +43,11 @@ type flags struct {
 	level      slog.Level
 	pprof      bool
 	otlp       string
+	tls        mtls.Files
+	tlsReload  time.Duration
+	insecure   bool
+	// noSnapshotLog is how often the sidecar says why it has no routing snapshot.
+	noSnapshotLog time.Duration
 }
 
 func main() {
@@ -66,8 +72,15 @@ func main() {
 	fs.IntVar(&flagged.Request.MaxBlocks, "max-blocks", file.Request.MaxBlocks, "prefix blocks hashed at most (request.max_blocks)")
 	fs.IntVar(&flagged.Request.AffinityBlocks, "affinity-blocks", file.Request.AffinityBlocks, "prefix blocks that form the routing key (request.affinity_blocks)")
 	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
+	fs.Int64Var(&flagged.Request.MaxRequestBytes.DefaultBytes, "max-request-bytes", file.Request.MaxRequestBytes.DefaultBytes, "largest request body in bytes: 413 in OpenAI's shape above it (request.max_request_bytes.default_bytes; per model in the --config file)")
 	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
 	fs.StringVar(&f.otlp, "otlp-endpoint", "", "host:port of an OTLP/gRPC collector (plaintext) to export one span per decision to; empty: no spans")
+	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM certificate naming spiffe://meridian/node/<node-id>/sidecar; with --tls-key and --tls-ca, mutual TLS to the control server and from Envoy")
+	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&f.tls.CA, "tls-ca", "", "PEM CA bundle that signs the control server's and this node's Envoy's certificates")
+	fs.DurationVar(&f.tlsReload, "tls-reload", 2*time.Second, "how often the TLS files are checked for a rotated certificate")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow plaintext on a non-loopback --listen or to a non-loopback --control")
+	fs.DurationVar(&f.noSnapshotLog, "no-snapshot-log", 10*time.Second, "while there is no routing snapshot, log why this often")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on --http-listen (keep that address private)")
 	fs.TextVar(&f.level, "log-level", slog.LevelInfo, "log level: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -97,6 +110,8 @@ func main() {
 			file.Request.BodyLimitBytes = flagged.Request.BodyLimitBytes
 		case "fallbacks":
 			file.Picker.Fallbacks = flagged.Picker.Fallbacks
+		case "max-request-bytes":
+			file.Request.MaxRequestBytes.DefaultBytes = flagged.Request.MaxRequestBytes.DefaultBytes
 		}
 	})
 	cfg, err := file.Build(log)
@@ -132,8 +147,25 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(f.control,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	tlsSrc, err := transport(f, cfg.Log)
+	if err != nil {
+		return err
+	}
+	// conn is set below; the watchdog reads its state only after run has started it.
+	var conn *grpc.ClientConn
+	dog := &watchdog{node: f.nodeID, control: f.control, ready: srv.Ready, log: cfg.Log, started: time.Now(),
+		connState: func() string { return conn.GetState().String() }}
+	if err := dog.register(srv.Metrics()); err != nil {
+		return err
+	}
+	clientCreds, serverOpts := insecure.NewCredentials(), []grpc.ServerOption(nil)
+	if tlsSrc != nil {
+		go tlsSrc.Watch(ctx, f.tlsReload)
+		clientCreds = tlsSrc.ClientCredentials(mtls.Control())
+		serverOpts = append(serverOpts, grpc.Creds(tlsSrc.ServerCredentials(envoyOf(f.nodeID), dog.handshakeFailed)))
+	}
+	conn, err = grpc.NewClient(f.control,
+		grpc.WithTransportCredentials(clientCreds),
 		// gRPC's default reconnect backoff grows to 2 minutes; after a control server
 		// restart the sidecar must be back within seconds, so cap it at 2 s, and let streams
 		// wait for the connection instead of failing on a channel still in backoff.
@@ -156,11 +188,11 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 		ln.Close()
 		return fmt.Errorf("http listen on %s: %w", f.httpListen, err)
 	}
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(serverOpts,
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// Fixed flow-control windows turn off gRPC's bandwidth estimator, which pings Envoy
 		// on every request's stream: a round of wakeups on both sides for nothing on loopback.
-		grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(16<<20))
+		grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(16<<20))...)
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	accesslogv3.RegisterAccessLogServiceServer(gs, outcome.NewReceiver(srv.OnOutcome, cfg.Log))
 	// The gRPC health service of the endpoint-picker protocol (liveness, readiness, ext_proc).
@@ -172,7 +204,7 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	mux.Handle("GET /debug/decisions", srv.DecisionsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !srv.Ready() {
-			http.Error(w, "no routing snapshot yet", http.StatusServiceUnavailable)
+			http.Error(w, dog.reason(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -183,7 +215,8 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	cfg.Log.Info("sidecar listening", "ext_proc", ln.Addr().String(), "http", httpLn.Addr().String(), "control", f.control)
+	cfg.Log.Info("sidecar listening", "ext_proc", ln.Addr().String(), "http", httpLn.Addr().String(), "control", f.control, "tls", tlsSrc != nil)
+	go dog.run(ctx, f.noSnapshotLog)
 
 	go srv.Run(ctx)
 	go srv.Report(ctx, conn, f.nodeID, f.sidecarID)
@@ -196,7 +229,7 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	}()
 	go func() { errc <- hs.Serve(httpLn) }()
 	go func() {
-		errc <- xdsclient.Run(ctx, xdsclient.Config{NodeID: f.nodeID, Conn: conn, OnUpdate: srv.Update, Log: cfg.Log, MaxBackoff: 2 * time.Second})
+		errc <- xdsclient.Run(ctx, xdsclient.Config{NodeID: f.nodeID, Conn: conn, OnUpdate: srv.Update, Log: cfg.Log, MaxBackoff: 2 * time.Second, OnStreamError: dog.streamError})
 	}()
 	select {
 	case <-ctx.Done():

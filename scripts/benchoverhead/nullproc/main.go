@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/meridian-router/meridian/mtls"
 )
 
 func main() {
@@ -30,7 +33,12 @@ func main() {
 	}
 	listen := fs.String("listen", "127.0.0.1:19001", "gRPC address for Envoy's ext_proc filter")
 	httpListen := fs.String("http-listen", "127.0.0.1:19081", "HTTP address for /healthz")
-	for _, name := range []string{"node-id", "control", "body-limit"} { // the sidecar's, unused
+	nodeID := fs.String("node-id", "", "the node whose Envoy may call (with --tls-*)")
+	var files mtls.Files
+	fs.StringVar(&files.Cert, "tls-cert", "", "the node's sidecar certificate: serve mutual TLS, as the sidecar does")
+	fs.StringVar(&files.Key, "tls-key", "", "key of --tls-cert")
+	fs.StringVar(&files.CA, "tls-ca", "", "CA bundle")
+	for _, name := range []string{"control", "body-limit", "tls-reload"} { // the sidecar's, unused
 		fs.String(name, "", "ignored (the meridian sidecar's flag)")
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -39,13 +47,28 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	if err := run(*listen, *httpListen); err != nil {
+	var opts []grpc.ServerOption
+	if files.Enabled() {
+		src, err := mtls.NewSource(files, mtls.Sidecar(*nodeID), slog.Default())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nullproc:", err)
+			os.Exit(2)
+		}
+		envoy := mtls.Envoy(*nodeID)
+		opts = append(opts, grpc.Creds(src.ServerCredentials(func(id mtls.Identity) error {
+			if id != envoy {
+				return fmt.Errorf("%s is not %s", id, envoy)
+			}
+			return nil
+		}, nil)))
+	}
+	if err := run(*listen, *httpListen, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "nullproc:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, httpListen string) error {
+func run(listen, httpListen string, opts []grpc.ServerOption) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -55,7 +78,7 @@ func run(listen, httpListen string) error {
 		return err
 	}
 	// The same server options as the sidecar, so the comparison is of the work alone.
-	gs := grpc.NewServer(grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(16<<20))
+	gs := grpc.NewServer(append(opts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(16<<20))...)
 	extprocv3.RegisterExternalProcessorServer(gs, null{})
 	accesslogv3.RegisterAccessLogServiceServer(gs, drain{})
 	mux := http.NewServeMux()
