@@ -30,6 +30,7 @@ import (
 	"github.com/meridian-router/meridian/control/kube"
 	"github.com/meridian-router/meridian/control/kube/kubetest"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/mtls"
 )
 
 const model = "m"
@@ -300,7 +301,8 @@ func TestK8sLeaderFailover(t *testing.T) {
 	}
 	dir := filepath.Dir(s.Nodes["region-a"].AccessLog)
 	b := &stack.Proc{Name: "control-b", Bin: bins.Control, Log: filepath.Join(dir, "control-b.log"),
-		Args: append([]string{"--fleet", s.FleetPath, "--xds-listen", s.ControlXDS, "--http-listen", "127.0.0.1:" + strconv.Itoa(httpB), "--poll-interval", "100ms"}, electionArgs...)}
+		Args: append(append([]string{"--fleet", s.FleetPath, "--xds-listen", s.ControlXDS, "--http-listen", "127.0.0.1:" + strconv.Itoa(httpB), "--poll-interval", "100ms"},
+			controlTLSArgs(s)...), electionArgs...)}
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -382,4 +384,14 @@ func TestK8sLeaderFailover(t *testing.T) {
 	if !strings.Contains(string(logB), "took over as leader") || !strings.Contains(string(logB), "held_weights=true") {
 		t.Errorf("the standby did not take over with the leader's weights; its log:\n%s", logB)
 	}
+}
+
+// controlTLSArgs are the TLS flags the stack gave its control server, for a second replica
+// that must serve the same Envoys (none for a plaintext stack).
+func controlTLSArgs(s *stack.Stack) []string {
+	if s.PKI == nil {
+		return nil
+	}
+	f := s.PKI.Files(mtls.Control())
+	return []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA, "--tls-reload", "250ms"}
 }
