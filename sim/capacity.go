@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -284,18 +285,8 @@ func (s *search) finish(out Capacity, best *Result, bracketed bool) Capacity {
 		out.TTFTP50, out.TTFTP90, out.ITLP50 = best.TTFTP50, best.TTFTP90, best.ITLP50
 		out.MissedTTFT, out.MissedITL = best.MissedTTFT, best.MissedITL
 	}
-	slices.SortFunc(out.Points, func(a, b CapacityPoint) int { return cmpFloat(a.Load, b.Load) })
+	slices.SortFunc(out.Points, func(a, b CapacityPoint) int { return cmp.Compare(a.Load, b.Load) })
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // runAt simulates the search's policy at one load, holding a worker slot.

@@ -113,8 +113,8 @@ func DefaultSLO() SLO {
 // set reports whether the SLO measures anything.
 func (s SLO) set() bool { return s != SLO{} }
 
-// ttftLimit is the TTFT within which a request of promptTokens meets the SLO.
-func (s SLO) ttftLimit(promptTokens int) time.Duration {
+// TTFTLimit is the TTFT within which a request of promptTokens meets the SLO.
+func (s SLO) TTFTLimit(promptTokens int) time.Duration {
 	return s.TTFTBase + time.Duration(promptTokens)*s.TTFTPerToken
 }
 

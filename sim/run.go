@@ -319,7 +319,7 @@ func (r *run) FirstToken(er *engine.Request, at time.Duration) {
 	st.firstToken = at + r.rtt(st.r.Cluster, st.engine)/2
 	st.lastToken = at
 	st.hitBlocks = er.CachedBlocks
-	if r.cfg.SLO.set() && st.firstToken-st.r.Arrival > r.cfg.SLO.ttftLimit(st.r.InputTokens) {
+	if r.cfg.SLO.set() && st.firstToken-st.r.Arrival > r.cfg.SLO.TTFTLimit(st.r.InputTokens) {
 		r.rec.miss(st)
 		r.rec.missedTTFT++
 	}

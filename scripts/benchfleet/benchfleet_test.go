@@ -118,7 +118,7 @@ func TestTinyFleet(t *testing.T) {
 
 func TestSLO(t *testing.T) {
 	slo := DefaultSLO().Scaled(4)
-	if slo.TTFTBase != 250*time.Millisecond || slo.TTFTPerToken != 50*time.Microsecond || slo.ITL != 25*time.Millisecond {
+	if slo.TTFTBase != 250*time.Millisecond || slo.TTFTPerToken != 50*time.Microsecond || slo.MaxITL != 25*time.Millisecond {
 		t.Fatalf("DefaultSLO().Scaled(4) = %+v", slo)
 	}
 	ok := func(ttft time.Duration, itls ...time.Duration) load.Result {

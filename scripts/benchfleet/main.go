@@ -141,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on each request (wall time); a request past it fails")
 	fs.DurationVar(&o.slo.TTFTBase, "slo-ttft", o.slo.TTFTBase, "SLO: TTFT allowance per request before time scaling")
 	fs.DurationVar(&o.slo.TTFTPerToken, "slo-ttft-per-token", o.slo.TTFTPerToken, "SLO: extra TTFT allowance per prompt token before time scaling")
-	fs.DurationVar(&o.slo.ITL, "slo-itl", o.slo.ITL, "SLO: bound on a request's mean inter-token latency before time scaling")
+	fs.DurationVar(&o.slo.MaxITL, "slo-itl", o.slo.MaxITL, "SLO: bound on a request's mean inter-token latency before time scaling")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the region assignment and the prompt text")
 	fs.StringVar(&o.dir, "dir", "", "directory for the processes' logs (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines on stderr")

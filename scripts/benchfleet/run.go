@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -155,7 +156,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (*Output, error) {
 		Repeats: o.repeats, Configs: map[string]ConfigResult{}, Sim: simulated}
 	slo := o.slo.Scaled(o.speed)
 	out.SLO = SLOReport{TTFTBaseMs: ms(slo.TTFTBase), TTFTPerTokenMs: round3(float64(slo.TTFTPerToken) / float64(time.Millisecond)),
-		ITLMeanMs: ms(slo.ITL), TimeScale: o.speed}
+		ITLMeanMs: ms(slo.MaxITL), TimeScale: o.speed}
 	for c, rs := range runs {
 		out.Configs[c] = median(rs)
 	}
@@ -230,7 +231,7 @@ func (b *bench) prepareBaselines(dir, envoyBin string) error {
 				}
 				eps = append(eps, baselineEndpoint{Address: e.Address, Priority: prio})
 			}
-			slices.SortFunc(eps, func(x, y baselineEndpoint) int { return compareStrings(x.Address, y.Address) })
+			slices.SortFunc(eps, func(x, y baselineEndpoint) int { return cmp.Compare(x.Address, y.Address) })
 			n, err := newBaselineNode(dir, envoyBin, c, r, lb, eps)
 			if err != nil {
 				return err
@@ -239,16 +240,6 @@ func (b *bench) prepareBaselines(dir, envoyBin string) error {
 		}
 	}
 	return nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // stopMeridian stops the control server, the sidecars and their Envoys.

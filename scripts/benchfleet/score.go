@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/examples/loadgen/load"
+	"github.com/meridian-router/meridian/sim"
 	"github.com/meridian-router/meridian/sim/trace"
 )
 
@@ -15,18 +16,15 @@ import (
 // meets it when it completes, its TTFT is at most TTFTBase + TTFTPerToken × its prompt
 // tokens, and the mean gap between its tokens is at most ITL. A shed or failed request
 // misses it.
-type SLO struct {
-	TTFTBase, TTFTPerToken, ITL time.Duration
-}
+// It is the simulator's SLO (sim.SLO), so both judge requests alike.
+type SLO struct{ sim.SLO }
 
-// DefaultSLO is TTFT ≤ 1 s + 0.2 ms per prompt token and mean ITL ≤ 100 ms.
-func DefaultSLO() SLO {
-	return SLO{TTFTBase: time.Second, TTFTPerToken: 200 * time.Microsecond, ITL: 100 * time.Millisecond}
-}
+// DefaultSLO is the simulator's: TTFT ≤ 1 s + 0.2 ms per prompt token and mean ITL ≤ 100 ms.
+func DefaultSLO() SLO { return SLO{sim.DefaultSLO()} }
 
 // Validate reports a bound that is not positive.
 func (s SLO) Validate() error {
-	if s.TTFTBase <= 0 || s.TTFTPerToken < 0 || s.ITL <= 0 {
+	if s.TTFTBase <= 0 || s.TTFTPerToken < 0 || s.MaxITL <= 0 {
 		return errors.New("SLO: --slo-ttft and --slo-itl must be > 0 and --slo-ttft-per-token >= 0")
 	}
 	return nil
@@ -35,7 +33,7 @@ func (s SLO) Validate() error {
 // Scaled divides every bound by k, for a run whose time runs k times faster.
 func (s SLO) Scaled(k float64) SLO {
 	div := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) / k)) }
-	return SLO{TTFTBase: div(s.TTFTBase), TTFTPerToken: div(s.TTFTPerToken), ITL: div(s.ITL)}
+	return SLO{sim.SLO{TTFTBase: div(s.TTFTBase), TTFTPerToken: div(s.TTFTPerToken), MaxITL: div(s.MaxITL)}}
 }
 
 // Met reports whether res, a request of promptTokens tokens, meets s.
@@ -43,10 +41,10 @@ func (s SLO) Met(res load.Result, promptTokens int) bool {
 	if res.Class != load.ClassOK || res.TTFT <= 0 {
 		return false
 	}
-	if res.TTFT > s.TTFTBase+time.Duration(promptTokens)*s.TTFTPerToken {
+	if res.TTFT > s.TTFTLimit(promptTokens) {
 		return false
 	}
-	return len(res.ITLs) == 0 || meanITL(res) <= s.ITL
+	return len(res.ITLs) == 0 || meanITL(res) <= s.MaxITL
 }
 
 func meanITL(res load.Result) time.Duration {
