@@ -27,31 +27,31 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// EnvoyPath finds the Envoy binary: $MERIDIAN_ENVOY, then the one scripts/setup.sh installs
-// (.tools/bin/envoy), then envoy on PATH.
-func EnvoyPath() (string, error) {
-	if p := os.Getenv("MERIDIAN_ENVOY"); p != "" {
+// toolPath finds a tool the tests run: $env, then the one the project's scripts install
+// (.tools/bin/name), then name on PATH; install says how to get it.
+func toolPath(env, name, install string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
 	if root, err := RepoRoot(); err == nil {
-		p := filepath.Join(root, ".tools", "bin", "envoy")
+		p := filepath.Join(root, ".tools", "bin", name)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
-	if p, err := exec.LookPath("envoy"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", errors.New("no Envoy binary: run scripts/setup.sh (or `make setup`), or set MERIDIAN_ENVOY")
+	return "", fmt.Errorf("no %s binary: run %s (or `make setup`), or set %s", name, install, env)
 }
 
-// RequireEnvoy returns the Envoy binary's path. Without one it skips the test on a
-// developer's machine and fails it in CI (CI=true): integration tests never skip there.
-func RequireEnvoy(t testing.TB) string {
+// requireTool returns find's path. Without one it skips the test on a developer's machine
+// and fails it in CI (CI=true): integration tests never skip there.
+func requireTool(t testing.TB, find func() (string, error)) string {
 	t.Helper()
-	p, err := EnvoyPath()
+	p, err := find()
 	if err == nil {
 		return p
 	}
@@ -61,6 +61,15 @@ func RequireEnvoy(t testing.TB) string {
 	t.Skip(err)
 	return ""
 }
+
+// EnvoyPath finds the Envoy binary: $MERIDIAN_ENVOY, then the one scripts/setup.sh installs
+// (.tools/bin/envoy), then envoy on PATH.
+func EnvoyPath() (string, error) {
+	return toolPath("MERIDIAN_ENVOY", "envoy", "scripts/setup.sh")
+}
+
+// RequireEnvoy returns the Envoy binary's path (see requireTool).
+func RequireEnvoy(t testing.TB) string { t.Helper(); return requireTool(t, EnvoyPath) }
 
 // Binaries are the project's executables a stack runs.
 type Binaries struct {
@@ -96,34 +105,8 @@ func Build(dir string) (Binaries, error) {
 // LLMDSimPath finds llm-d-inference-sim: $MERIDIAN_LLMD_SIM, then the one
 // scripts/llmd-sim.sh builds (.tools/bin/llm-d-inference-sim), then one on PATH.
 func LLMDSimPath() (string, error) {
-	if p := os.Getenv("MERIDIAN_LLMD_SIM"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if root, err := RepoRoot(); err == nil {
-		p := filepath.Join(root, ".tools", "bin", "llm-d-inference-sim")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("llm-d-inference-sim"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no llm-d-inference-sim binary: run scripts/llmd-sim.sh (or `make setup`), or set MERIDIAN_LLMD_SIM")
+	return toolPath("MERIDIAN_LLMD_SIM", "llm-d-inference-sim", "scripts/llmd-sim.sh")
 }
 
-// RequireLLMDSim returns llm-d-inference-sim's path. Without it the test is skipped on a
-// developer's machine and fails in CI (CI=true).
-func RequireLLMDSim(t testing.TB) string {
-	t.Helper()
-	p, err := LLMDSimPath()
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and %v", err)
-	}
-	t.Skip(err)
-	return ""
-}
+// RequireLLMDSim returns llm-d-inference-sim's path (see requireTool).
+func RequireLLMDSim(t testing.TB) string { t.Helper(); return requireTool(t, LLMDSimPath) }
