@@ -131,37 +131,3 @@ func (p *parser) readItemText(i int, field []byte) error {
 }
 
 var errEmbeddingInput = &Error{Reason: "'input' must be a string, an array of strings, an array of token ids or an array of token id arrays"}
-
-// readEmbeddingInput hashes an embeddings input: a string, the first of an array of
-// strings or of token id arrays (a batch shares no single prefix), or an array of token ids.
-func (p *parser) readEmbeddingInput() error {
-	c, err := p.sc.next()
-	if err != nil {
-		return err
-	}
-	if c == '"' {
-		return p.sc.str(p.h.write)
-	}
-	return p.sc.array(func() error { return errEmbeddingInput }, func(i int) error {
-		c, err := p.sc.next()
-		if err != nil {
-			return err
-		}
-		switch {
-		case c == '"':
-			sink := p.h.write
-			if i > 0 {
-				sink = nil
-			}
-			return p.sc.str(sink)
-		case c == '[':
-			if i > 0 {
-				return p.sc.skip()
-			}
-			return p.sc.array(nil, func(int) error { return p.tokenID(errEmbeddingInput) })
-		case c == '-' || c >= '0' && c <= '9':
-			return p.tokenID(errEmbeddingInput)
-		}
-		return errEmbeddingInput
-	})
-}

@@ -439,13 +439,13 @@ func (p *parser) top(r *Request) error {
 		case "prompt":
 			if p.kind == Completions {
 				p.sawPrompt = true
-				return p.readPrompt()
+				return p.readPrompt(errPromptShape, false)
 			}
 		case "input":
 			switch p.kind {
 			case Embeddings:
 				p.sawInput = true
-				return p.readEmbeddingInput()
+				return p.readPrompt(errEmbeddingInput, true)
 			case Responses:
 				p.sawInput = true
 				return p.mark(&p.inputAt)
@@ -587,8 +587,9 @@ func (p *parser) readContent() error {
 var errPromptShape = &Error{Reason: "'prompt' must be a string, an array of strings or an array of token ids"}
 
 // readPrompt accepts a string, an array of strings (the first is hashed: a batch shares no
-// single prefix), or an array of token ids.
-func (p *parser) readPrompt() error {
+// single prefix), or an array of token ids; with nested, also an array of token id arrays
+// (the embeddings API's batch form; the first is hashed). bad is the shape error.
+func (p *parser) readPrompt(bad *Error, nested bool) error {
 	c, err := p.sc.next()
 	if err != nil {
 		return err
@@ -596,7 +597,7 @@ func (p *parser) readPrompt() error {
 	if c == '"' {
 		return p.sc.str(p.h.write)
 	}
-	return p.sc.array(func() error { return errPromptShape }, func(i int) error {
+	return p.sc.array(func() error { return bad }, func(i int) error {
 		c, err := p.sc.next()
 		if err != nil {
 			return err
@@ -608,10 +609,15 @@ func (p *parser) readPrompt() error {
 				sink = nil
 			}
 			return p.sc.str(sink)
+		case c == '[' && nested:
+			if i > 0 {
+				return p.sc.skip()
+			}
+			return p.sc.array(nil, func(int) error { return p.tokenID(bad) })
 		case c == '-' || c >= '0' && c <= '9':
-			return p.tokenID(errPromptShape)
+			return p.tokenID(bad)
 		}
-		return errPromptShape
+		return bad
 	})
 }
 
