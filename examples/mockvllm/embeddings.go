@@ -21,13 +21,9 @@ func (s *server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if s.faults.inject(w, r) {
 		return
 	}
-	body, status, err := s.readBody(w, r)
-	if err != nil {
-		writeError(w, status, errorType(status), err.Error())
-		return
-	}
 	var pr request.Request
-	if status, err := s.parse(request.Embeddings, body, &pr); err != nil {
+	body, status, err := s.readParsed(w, r, request.Embeddings, &pr)
+	if err != nil {
 		writeError(w, status, errorType(status), err.Error())
 		return
 	}

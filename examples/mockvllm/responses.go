@@ -18,13 +18,9 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 	if s.faults.inject(w, r) {
 		return
 	}
-	body, status, err := s.readBody(w, r)
-	if err != nil {
-		writeError(w, status, errorType(status), err.Error())
-		return
-	}
 	var pr request.Request
-	if status, err := s.parse(request.Responses, body, &pr); err != nil {
+	body, status, err := s.readParsed(w, r, request.Responses, &pr)
+	if err != nil {
 		writeError(w, status, errorType(status), err.Error())
 		return
 	}

@@ -143,13 +143,23 @@ func (s *server) parse(kind request.Kind, body []byte, pr *request.Request) (int
 	return 0, nil
 }
 
-func (s *server) readRequest(w http.ResponseWriter, r *http.Request, kind request.Kind) (genRequest, int, error) {
+// readParsed reads the body within the limit and parses its routing fields, checking the
+// model; it returns the status of a failure.
+func (s *server) readParsed(w http.ResponseWriter, r *http.Request, kind request.Kind, pr *request.Request) ([]byte, int, error) {
 	body, status, err := s.readBody(w, r)
 	if err != nil {
-		return genRequest{}, status, err
+		return nil, status, err
 	}
+	if status, err := s.parse(kind, body, pr); err != nil {
+		return nil, status, err
+	}
+	return body, 0, nil
+}
+
+func (s *server) readRequest(w http.ResponseWriter, r *http.Request, kind request.Kind) (genRequest, int, error) {
 	var pr request.Request
-	if status, err := s.parse(kind, body, &pr); err != nil {
+	body, status, err := s.readParsed(w, r, kind, &pr)
+	if err != nil {
 		return genRequest{}, status, err
 	}
 	var opt options
