@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,15 +88,22 @@ func newHarnessWith(t *testing.T, edit func(*server.Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Run(ctx)
 	conn := dial(t, xdsAddr)
-	updated := make(chan struct{}, 16)
-	go func() {
+	updated := make(chan struct{}, 1)
+	// The goroutines log through t, so the test waits for them before it ends: a log line
+	// after the test has returned is a data race in package testing.
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { srv.Run(ctx) })
+	wg.Go(func() {
 		_ = xdsclient.Run(ctx, xdsclient.Config{NodeID: "region-a", Conn: conn, Log: log, OnUpdate: func(v *xdsclient.View) {
 			srv.Update(v)
-			updated <- struct{}{}
+			select {
+			case updated <- struct{}{}:
+			default:
+			}
 		}})
-	}()
+	})
 	select {
 	case <-updated:
 	case <-time.After(30 * time.Second): // a bound, not a timing assertion
