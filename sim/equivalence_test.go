@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meridian-router/meridian/control/xds"
+	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/extproc/request"
 	"github.com/meridian-router/meridian/extproc/server"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
@@ -74,7 +75,9 @@ func TestSidecarAndSimulatorDecideAlike(t *testing.T) {
 		key := req.Blocks[min(len(req.Blocks), sidecarConfig().AffinityBlocks)-1]
 
 		dest, retries, status := proc(t, body)
-		r := m.Route(0, &Request{ID: i, Cluster: 0, Key: key, InputTokens: req.PromptBytes / 4})
+		// The simulator sizes a request's body from its prompt tokens, the sidecar reads the
+		// body it gets: the same size gives both the same bounded-load weight.
+		r := m.Route(0, &Request{ID: i, Cluster: 0, Key: key, InputTokens: len(body) / decide.BytesPerToken})
 		var simDest []string
 		for _, e := range r.Engines {
 			simDest = append(simDest, addrs[e])

@@ -221,7 +221,7 @@ func (m *meridian) Route(now time.Duration, r *Request) Route {
 	m.clock.now = now
 	sc := m.sidecarFor(r)
 	d := sc.core.Route(decide.Request{Model: meridianModel, Key: r.Key, Priority: m.cfg.Priority.Default,
-		PromptBytes: r.InputTokens * decide.BytesPerToken}, m.buf[:0])
+		PromptBytes: r.InputTokens * decide.BytesPerToken, BodyBytes: r.InputTokens * decide.BytesPerToken}, m.buf[:0])
 	if d.Verdict != decide.Steer {
 		return Route{} // shed (or no engine): the proxy answers 503 at once
 	}

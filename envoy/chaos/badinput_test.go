@@ -190,16 +190,21 @@ func rss(t *testing.T, p *stack.Proc) int64 {
 	return v
 }
 
-// steeringIgnored: a client naming an engine or a cluster does not move its request.
+// steeringIgnored: a client naming an engine or a cluster does not move its request. Each
+// request is sent once the sidecar has heard the previous ones end (their access log
+// records come up to buffer_flush_interval later), so bounded loads see the same idle
+// engines every time and only a client header could move the request.
 func steeringIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 	url := s.Nodes[node].URL
 	for i := range 4 {
 		body := chatBody(fmt.Sprintf("steering probe %d", i))
+		waitNothingInFlight(ctx, t, s)
 		base := post(ctx, t, url, body, nil)
 		for name, e := range s.Engines {
 			if name == base.servedBy {
 				continue
 			}
+			waitNothingInFlight(ctx, t, s)
 			r := post(ctx, t, url, body, map[string]string{
 				xdsapi.HeaderDestination: e.Address, xdsapi.HeaderCluster: "meridian-xds",
 			})
@@ -337,5 +342,23 @@ func overLimitBodies(ctx context.Context, t *testing.T, s *stack.Stack) {
 	figure(t, "bodies_over_buffer_limit_unanswered", fmt.Sprintf("%d/%d", hung, probes))
 	if hung > 0 {
 		t.Errorf("%d of %d requests with bodies just over the %d-byte buffer limit got no answer within 2s", hung, probes, limit)
+	}
+}
+
+// waitNothingInFlight waits until the sidecar counts no request in flight: every outcome
+// of the requests before has arrived.
+func waitNothingInFlight(ctx context.Context, t *testing.T, s *stack.Stack) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m, err := s.SidecarMetrics(ctx, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Value("meridian_sidecar_engine_in_flight") == 0 {
+			return
+		}
+		if time.Now().After(deadline) { // a bound, not a timing assertion
+			t.Fatalf("the sidecar still counts requests in flight after 10s: %v", m.ByLabel("meridian_sidecar_engine_in_flight", "engine"))
+		}
 	}
 }

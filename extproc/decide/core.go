@@ -26,6 +26,10 @@ type Config struct {
 	// Fallbacks is how many engines after the primary the destination list carries at most
 	// (Envoy retries down it), counting failover engines.
 	Fallbacks int
+	// DecodeWork is the work, in prompt-token equivalents, charged to an engine for a
+	// request's decode on top of its prompt's tokens: bounded loads weigh a request by
+	// Request.BodyBytes/BytesPerToken + DecodeWork. See DefaultDecodeWork.
+	DecodeWork int64
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
 	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
@@ -43,6 +47,9 @@ func (c Config) Validate() error {
 	}
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks is %d: want >= 0", c.Fallbacks))
+	}
+	if c.DecodeWork < 0 {
+		errs = append(errs, fmt.Errorf("decode work is %d: want >= 0", c.DecodeWork))
 	}
 	if c.Log == nil {
 		errs = append(errs, errors.New("decide: a logger is required"))
@@ -182,6 +189,9 @@ type Request struct {
 	Priority int
 	// PromptBytes is the canonical prompt's size, for the reported token rate.
 	PromptBytes int
+	// BodyBytes is the request body's size (its Content-Length, or the bytes seen when
+	// it has none): with Config.DecodeWork, the request's weight in bounded loads.
+	BodyBytes int
 	// RequestID is the proxy's own request id (never the client's), the outcome's key of
 	// last resort. Optional.
 	RequestID string
@@ -270,7 +280,8 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.Verdict, d.RetryAfter = NoEngine, c.cfg.Shed.RetryAfter
 		return d
 	}
-	res := m.table.Pick(req.Key, buf[:0])
+	work := int64(req.BodyBytes/BytesPerToken) + c.cfg.DecodeWork
+	res := m.table.Pick(req.Key, work, buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -297,7 +308,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.Retries, d.RetryOn = 1, RetryOnUnsent
 	}
 	id := c.tickets.next()
-	if c.tickets.put(id, inflight{ticket: m.table.Start(primary), engine: ep.Engine, address: ep.Address, model: m.name,
+	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
 		start: c.clock.Now(), requestID: req.RequestID}) {
 		d.Ticket = id
 	}

@@ -15,6 +15,14 @@ import (
 // the usual English average; the figure only scales the demand in tokens/s.
 const BytesPerToken = 4
 
+// DefaultDecodeWork is the shipped Config.DecodeWork: the engine time of decoding a
+// 256-token answer, in prompt tokens prefilled in the same time. On the simulator's
+// calibrated engines (sim/engine, engine.Config.ServiceSeconds with a full batch) that is
+// 855 tokens on an A100 40GB and 1,260 on an H100 80GB for Llama-3.1-8B; 1,024 sits
+// between. A request's weight is then its prompt tokens plus 1,024: a 100-token chat
+// turn weighs about a tenth of a 10,000-token document.
+const DefaultDecodeWork = 1024
+
 // BuildReport summarizes the window that ends now and starts the next one. Every model
 // this node routes is reported, 0 when nothing arrived: an absent entry would leave the
 // control server's estimate at its last value.

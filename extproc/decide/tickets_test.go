@@ -19,7 +19,7 @@ func TestTicketsReleaseOnce(t *testing.T) {
 	tk := newTickets()
 	start := func() string {
 		id := tk.next()
-		tk.put(id, inflight{ticket: tb.Start(0), address: "127.0.0.1:1", start: time.Now()})
+		tk.put(id, inflight{ticket: tb.Start(0, 1), address: "127.0.0.1:1", start: time.Now()})
 		return id
 	}
 	a, b, c, d := start(), start(), start(), start()
@@ -56,11 +56,11 @@ func TestTicketsOutcomeBeforeRoute(t *testing.T) {
 	}
 	tk := newTickets()
 	tk.finish("late")
-	if tk.put(tk.next(), inflight{ticket: tb.Start(0), requestID: "late", start: time.Now()}) || loads.Total() != 0 {
+	if tk.put(tk.next(), inflight{ticket: tb.Start(0, 1), requestID: "late", start: time.Now()}) || loads.Total() != 0 {
 		t.Fatalf("a request whose outcome came first is tracked (in flight %d)", loads.Total())
 	}
 	id := tk.next()
-	if !tk.put(id, inflight{ticket: tb.Start(0), requestID: "late", start: time.Now()}) {
+	if !tk.put(id, inflight{ticket: tb.Start(0, 1), requestID: "late", start: time.Now()}) {
 		t.Fatal("the request id is remembered once only: a new request with it must be tracked")
 	}
 	if _, ok := tk.takeRequest("late"); !ok || loads.Total() != 0 {
@@ -72,7 +72,7 @@ func TestTicketsOutcomeBeforeRoute(t *testing.T) {
 	if n := tk.finishedLen(); n != finishedKept {
 		t.Fatalf("%d finished ids kept, want %d", n, finishedKept)
 	}
-	if !tk.put(tk.next(), inflight{ticket: tb.Start(0), requestID: "r0", start: time.Now()}) {
+	if !tk.put(tk.next(), inflight{ticket: tb.Start(0, 1), requestID: "r0", start: time.Now()}) {
 		t.Fatal("the oldest finished id should have been forgotten")
 	}
 }

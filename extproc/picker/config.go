@@ -48,10 +48,15 @@ type Config struct {
 	// while its in-flight count is below (1+ε) × its weighted share of all in-flight
 	// requests (counting the new one).
 	Epsilon float64
-	// SpillFloor is the in-flight count below which an endpoint never spills for load:
-	// bounded loads compare against shares of the total in flight, and with only a few
-	// requests in flight those shares round to nothing, which would scatter a prefix's
-	// requests (and their KV-cache reuse) for no gain. 0 disables the floor.
+	// SpillFloor is the in-flight count below which an endpoint never spills for load.
+	// With few requests in flight the shares round to nothing and bounded loads scatter
+	// a prefix's concurrent requests, giving up their KV-cache reuse; a floor keeps them
+	// together. The default, 2, keeps a conversation's next turn on its engine while the
+	// previous turn's outcome is still on its way (the access log arrives after the
+	// client has its answer). It was 4: the simulator's capacity search at the latency
+	// SLO (docs/results) measured 4 costing capacity, because each of several sidecar
+	// replicas sees only its own share of an engine's requests, so a per-sidecar floor of
+	// 4 kept bounded loads from acting. 0 disables the floor.
 	SpillFloor int64
 	// MaxInFlight is the default hard per-endpoint cap; 0 means no cap. An endpoint at
 	// its cap is never returned, and when every examined endpoint is at its cap Pick
@@ -69,7 +74,7 @@ func DefaultConfig() Config {
 		Candidates:  4,
 		Fallbacks:   2,
 		Epsilon:     0.25,
-		SpillFloor:  4,
+		SpillFloor:  2,
 		MaxInFlight: 0,
 		MaxExamined: 16,
 	}

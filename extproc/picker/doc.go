@@ -21,10 +21,14 @@
 // O(Buckets × Candidates), not O(Buckets × endpoints). See build.go.
 //
 // Bounded loads (Mirrokni, Thorup and Zadimoghaddam 2018, "Consistent Hashing with
-// Bounded Loads"): an endpoint whose in-flight count is not below (1+ε) × its weighted
-// share of total in-flight (counting the new request), nor below Config.SpillFloor, is
-// passed over for the next endpoint in the key's order, so a hot key spills instead of
-// melting one engine.
+// Bounded Loads"): an endpoint whose outstanding work is not below (1+ε) × its weighted
+// share of all outstanding work (counting the new request's), and whose in-flight count
+// is not below Config.SpillFloor, is passed over for the next endpoint in the key's
+// order, so a hot key spills instead of melting one engine. The paper counts requests;
+// Pick weighs each by the work its caller states (the decision core: prompt tokens plus
+// a decode allowance), because LLM requests differ in cost by two orders of magnitude
+// and a count lets one engine hold several 100k-token prompts while its peers idle.
+// With work 1 per request it is the paper's rule.
 //
 // # Invariants
 //
@@ -35,9 +39,10 @@
 //     singly rounded IEEE-754 arithmetic, no math.Log); with the same in-flight counts
 //     they Pick identically. This is what lets independent sidecars keep prefix
 //     affinity without talking to each other.
-//   - In-flight counters live in a Loads, keyed by address, so they survive table swaps.
-//     Tables built for the same pool of engines share one Loads; every Start is paired
-//     with exactly one Ticket.Done.
+//   - In-flight counters (requests and work) live in a Loads, keyed by address, so they
+//     survive table swaps. Tables built for the same pool of engines share one Loads;
+//     every Start is paired with exactly one Ticket.Done, which removes the work Start
+//     added.
 //   - Endpoints with weight 0 are not in the table. Endpoints at their hard in-flight
 //     limit are never returned.
 package picker

@@ -5,11 +5,12 @@ import (
 	"sync/atomic"
 )
 
-// counter is one endpoint's in-flight count, padded to its own cache line so that
-// picks on different endpoints do not contend.
+// counter is one endpoint's in-flight count and outstanding work, padded to its own
+// cache line so that picks on different endpoints do not contend.
 type counter struct {
-	n atomic.Int64
-	_ [56]byte
+	n atomic.Int64 // requests
+	w atomic.Int64 // work units (see Table.Pick)
+	_ [48]byte
 }
 
 // Loads tracks in-flight requests per endpoint address. It outlives the tables that
@@ -34,6 +35,9 @@ func NewLoads() *Loads {
 // Total is the number of requests in flight across every address, including
 // addresses that have left the current table but still have requests running.
 func (l *Loads) Total() int64 { return l.total.n.Load() }
+
+// TotalWork is the work in flight across every address, in the units given to Start.
+func (l *Loads) TotalWork() int64 { return l.total.w.Load() }
 
 // InFlight is the number of requests in flight to addr.
 func (l *Loads) InFlight(addr string) int64 {
@@ -92,6 +96,7 @@ func (l *Loads) counters(eps []Endpoint) []*counter {
 type Ticket struct {
 	c     *counter
 	total *counter
+	work  int64
 }
 
 // Done records that the request has ended.
@@ -100,5 +105,7 @@ func (t Ticket) Done() {
 		return
 	}
 	t.c.n.Add(-1)
+	t.c.w.Add(-t.work)
 	t.total.n.Add(-1)
+	t.total.w.Add(-t.work)
 }

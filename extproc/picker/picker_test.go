@@ -34,7 +34,7 @@ func TestTwoSidecarsAgree(t *testing.T) {
 				if i%3 == 0 {
 					k = ks[0]
 				}
-				ra, rb := a.Pick(k, da[:0]), b.Pick(k, db[:0])
+				ra, rb := a.Pick(k, 1, da[:0]), b.Pick(k, 1, db[:0])
 				da, db = ra.Order, rb.Order
 				sa, sb = a.AppendAddrs(sa[:0], da), b.AppendAddrs(sb[:0], db)
 				if string(sa) != string(sb) || ra.Spilled != rb.Spilled {
@@ -42,8 +42,8 @@ func TestTwoSidecarsAgree(t *testing.T) {
 						i, k, sa, ra.Spilled, sb, rb.Spilled)
 				}
 				if i%2 == 0 { // leave every other request in flight
-					a.Start(da[0])
-					b.Start(db[0])
+					a.Start(da[0], 1)
+					b.Start(db[0], 1)
 				}
 			}
 		})
@@ -105,7 +105,7 @@ func TestZeroWeightsExcluded(t *testing.T) {
 	}
 	var dst []int
 	for _, k := range keys(50000, 4) {
-		r := tb.Pick(k, dst)
+		r := tb.Pick(k, 1, dst)
 		dst = r.Order
 		for _, i := range r.Order {
 			if zero[tb.Endpoint(i).Address] {
@@ -117,7 +117,7 @@ func TestZeroWeightsExcluded(t *testing.T) {
 
 func TestEmptyTablePicksNothing(t *testing.T) {
 	tb := mustTable(t, testConfig(), fleet(3, func(int) float64 { return 0 }), NewLoads())
-	r := tb.Pick(42, make([]int, 0, 3))
+	r := tb.Pick(42, 1, make([]int, 0, 3))
 	if len(r.Order) != 0 || r.AtLimit || r.Spilled {
 		t.Fatalf("Pick on an empty table = %+v, want an empty order and no flags", r)
 	}
@@ -134,7 +134,7 @@ func TestOrderIsDistinctAndSized(t *testing.T) {
 		cfg.Fallbacks = tc.fallbacks
 		tb := mustTable(t, cfg, fleet(tc.n, skewed), NewLoads())
 		for _, k := range keys(5000, 5) {
-			o := tb.Pick(k, nil).Order
+			o := tb.Pick(k, 1, nil).Order
 			if len(o) != tc.want {
 				t.Fatalf("n=%d fallbacks=%d: len(order) = %d, want %d", tc.n, tc.fallbacks, len(o), tc.want)
 			}
@@ -157,10 +157,10 @@ func TestHotKeySpillsAtBound(t *testing.T) {
 		cfg.SpillFloor = 0 // the pure Mirrokni bound; TestSpillFloorKeepsAffinity covers the floor
 		tb := mustTable(t, cfg, fleet(8, skewed), NewLoads())
 		const key = 0xfeedface
-		unloaded := tb.Pick(key, nil).Order
+		unloaded := tb.Pick(key, 1, nil).Order
 		spills := 0
 		for step := range 400 {
-			r := tb.Pick(key, nil)
+			r := tb.Pick(key, 1, nil)
 			if r.Spilled {
 				spills++
 			}
@@ -174,7 +174,7 @@ func TestHotKeySpillsAtBound(t *testing.T) {
 			if spills == 1 && first >= 0 && first != unloaded[1] {
 				t.Fatalf("ε=%v: first spill went to %d, want the key's second choice %d", eps, first, unloaded[1])
 			}
-			tb.Start(r.Order[0])
+			tb.Start(r.Order[0], 1)
 			total := float64(tb.loadsTotal())
 			for i := range tb.Len() {
 				bound := math.Ceil(tb.bound[i] * total)
@@ -200,15 +200,15 @@ func TestSpillFloorKeepsAffinity(t *testing.T) {
 	cfg.SpillFloor = 4
 	tb := mustTable(t, cfg, fleet(8, equal), NewLoads())
 	const key = 0xabcdef
-	primary := tb.Pick(key, nil).Order[0]
+	primary := tb.Pick(key, 1, nil).Order[0]
 	for i := 0; i < 4; i++ {
-		r := tb.Pick(key, nil)
+		r := tb.Pick(key, 1, nil)
 		if r.Spilled || r.Order[0] != primary {
 			t.Fatalf("request %d with %d in flight spilled to %d: the floor is 4", i, i, r.Order[0])
 		}
-		tb.Start(r.Order[0])
+		tb.Start(r.Order[0], 1)
 	}
-	if r := tb.Pick(key, nil); !r.Spilled {
+	if r := tb.Pick(key, 1, nil); !r.Spilled {
 		t.Fatalf("5th concurrent request for one key stayed on its primary: the share bound (1.25/8 of 5) must apply past the floor")
 	}
 }
@@ -221,21 +221,21 @@ func TestHardCapReportsAtLimit(t *testing.T) {
 	tb := mustTable(t, cfg, eps, NewLoads())
 	var tickets []Ticket
 	for range 5 { // capacity 2+2+1
-		r := tb.Pick(99, nil)
+		r := tb.Pick(99, 1, nil)
 		if r.AtLimit || len(r.Order) == 0 {
 			t.Fatalf("after %d starts: Pick = %+v, want a free endpoint", len(tickets), r)
 		}
-		tickets = append(tickets, tb.Start(r.Order[0]))
+		tickets = append(tickets, tb.Start(r.Order[0], 1))
 	}
 	if u, ok := tb.Utilization(); !ok || u != 1 {
 		t.Errorf("Utilization() = %v, %v; want 1, true", u, ok)
 	}
-	r := tb.Pick(99, nil)
+	r := tb.Pick(99, 1, nil)
 	if !r.AtLimit || len(r.Order) != 0 {
 		t.Fatalf("every endpoint at its cap: Pick = %+v, want AtLimit and an empty order", r)
 	}
 	tickets[0].Done()
-	r = tb.Pick(99, nil)
+	r = tb.Pick(99, 1, nil)
 	if r.AtLimit || len(r.Order) != 1 {
 		t.Fatalf("after one Done: Pick = %+v, want exactly the freed endpoint", r)
 	}
@@ -247,7 +247,7 @@ func TestCountersSurviveSwapAndPrune(t *testing.T) {
 	loads := NewLoads()
 	eps := fleet(4, equal)
 	old := mustTable(t, testConfig(), eps, loads)
-	tk := old.Start(0)
+	tk := old.Start(0, 1)
 	addr := old.Endpoint(0).Address
 
 	eps[0].Weight = 5
@@ -265,7 +265,7 @@ func TestCountersSurviveSwapAndPrune(t *testing.T) {
 		t.Fatalf("after Done: in flight %d, total %d; want 0, 0", got, total)
 	}
 	// A removed address with requests still in flight keeps its counter.
-	tk = next.Start(i)
+	tk = next.Start(i, 1)
 	eps[0].Weight = 0
 	last := mustTable(t, testConfig(), eps, loads)
 	loads.Prune(last)
@@ -282,8 +282,8 @@ func TestPickAndFormatDoNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 256)
 	j := 0
 	allocs := testing.AllocsPerRun(1000, func() {
-		r := tb.Pick(ks[j%len(ks)], dst)
-		tk := tb.Start(r.Order[0])
+		r := tb.Pick(ks[j%len(ks)], 1, dst)
+		tk := tb.Start(r.Order[0], 1)
 		buf = tb.AppendAddrs(buf[:0], r.Order)
 		tk.Done()
 		j++
@@ -375,8 +375,8 @@ func TestConcurrentPicksBalanceCounters(t *testing.T) {
 			var open []Ticket
 			for i, k := range keys(5000, uint64(g)) {
 				tb := cur.Load()
-				r := tb.Pick(k, dst)
-				open = append(open, tb.Start(r.Order[0]))
+				r := tb.Pick(k, 1, dst)
+				open = append(open, tb.Start(r.Order[0], 1))
 				if i%3 == 0 { // keep some in flight across swaps
 					for _, tk := range open {
 						tk.Done()
@@ -401,6 +401,48 @@ func TestConcurrentPicksBalanceCounters(t *testing.T) {
 	for _, ep := range eps {
 		if n := loads.InFlight(ep.Address); n != 0 {
 			t.Fatalf("%s: %d in flight after every Done", ep.Address, n)
+		}
+	}
+}
+
+// Bounded loads weigh requests by their work: one long prompt fills an endpoint's share as
+// many short ones would, and the next request for the same key spills; with the same
+// number of short requests in flight it stays.
+func TestBoundedLoadsWeighWork(t *testing.T) {
+	cfg := testConfig()
+	cfg.SpillFloor = 0
+	const key = 0xfeed
+	for _, tc := range []struct {
+		name      string
+		inFlight  []int64 // work of each request already on the key's primary
+		elsewhere int64   // work in flight on the other endpoints
+		spill     bool
+	}{
+		{"one long prompt among short ones", []int64{100_000}, 4 * 1_000, true},
+		{"as many short requests", []int64{1_000}, 4 * 1_000, false},
+	} {
+		loads := NewLoads()
+		tb := mustTable(t, cfg, fleet(4, equal), loads)
+		primary := tb.Pick(key, 1, nil).Order[0]
+		var open []Ticket
+		for _, w := range tc.inFlight {
+			open = append(open, tb.Start(primary, w))
+		}
+		other := (primary + 1) % tb.Len()
+		open = append(open, tb.Start(other, tc.elsewhere))
+		if got := tb.Work(primary); got != tc.inFlight[0] {
+			t.Fatalf("%s: Work(primary) = %d, want %d", tc.name, got, tc.inFlight[0])
+		}
+		r := tb.Pick(key, 1_000, nil)
+		if r.Spilled != tc.spill {
+			t.Errorf("%s: spilled = %v, want %v (primary work %d of %d in flight, bound 1.25/4)",
+				tc.name, r.Spilled, tc.spill, tb.Work(primary), loads.TotalWork())
+		}
+		for _, tk := range open {
+			tk.Done()
+		}
+		if loads.Total() != 0 || loads.TotalWork() != 0 {
+			t.Fatalf("%s: after every Done: %d requests and %d work in flight, want 0", tc.name, loads.Total(), loads.TotalWork())
 		}
 	}
 }

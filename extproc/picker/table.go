@@ -107,13 +107,21 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 	return t, nil
 }
 
-// Pick returns the key's preference list, honouring bounded loads and hard caps. It
-// appends to dst[:0] and allocates nothing when cap(dst) ≥ Fallbacks+1. It only reads
-// the in-flight counters: call Start on the endpoint the request is sent to.
+// Pick returns the key's preference list for a request of the given work, honouring
+// bounded loads and hard caps. It appends to dst[:0] and allocates nothing when
+// cap(dst) ≥ Fallbacks+1. It only reads the in-flight counters: call Start, with the
+// same work, on the endpoint the request is sent to.
+//
+// Bounded loads compare outstanding work, not request counts: an endpoint is within its
+// bound while the work it has in flight is below (1+ε) × its share of all work in flight
+// counting the new request's. Work is in whatever unit the caller chooses (the decision
+// core uses estimated engine tokens); work 1 for every request counts requests, as
+// Mirrokni et al. do. Work below 1 counts as 1. The hard cap and SpillFloor count
+// requests.
 //
 // Concurrent picks read counters without coordination, so simultaneous requests may
 // overshoot a bound or cap by at most the number of concurrent pickers.
-func (t *Table) Pick(key uint64, dst []int) Result {
+func (t *Table) Pick(key uint64, work int64, dst []int) Result {
 	dst = dst[:0]
 	if len(t.eps) == 0 {
 		return Result{Order: dst}
@@ -121,7 +129,7 @@ func (t *Table) Pick(key uint64, dst []int) Result {
 	var seen, over [MaxExamined]uint16
 	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
-	total := float64(t.total.n.Load() + 1)
+	total := float64(t.total.w.Load() + max(work, 1))
 	b := uint32(mix(key) >> t.shift)
 	for probe := 0; probe < t.maxProbe && nseen < t.maxExam && len(dst) < t.want; probe++ {
 		base := int((b+uint32(probe))&t.mask) * t.k
@@ -138,8 +146,8 @@ func (t *Table) Pick(key uint64, dst []int) Result {
 			switch {
 			case in >= t.limit[c]:
 				// At the hard cap: never returned.
-			case in < t.cfg.SpillFloor || float64(in) < t.bound[c]*total:
-				// in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total for integer in.
+			case in < t.cfg.SpillFloor || float64(t.ctr[c].w.Load()) < t.bound[c]*total:
+				// With work 1 per request: in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total.
 				dst = append(dst, int(c))
 			default:
 				over[nover] = c
@@ -162,13 +170,21 @@ func (t *Table) Pick(key uint64, dst []int) Result {
 	return Result{Order: dst, Spilled: dst[0] != int(seen[0])}
 }
 
-// Start records a request sent to endpoint i and returns the ticket that ends it.
-func (t *Table) Start(i int) Ticket {
+// Start records a request of the given work (as given to Pick) sent to endpoint i and
+// returns the ticket that ends it.
+func (t *Table) Start(i int, work int64) Ticket {
+	work = max(work, 1)
 	c := t.ctr[i]
 	c.n.Add(1)
+	c.w.Add(work)
 	t.total.n.Add(1)
-	return Ticket{c: c, total: t.total}
+	t.total.w.Add(work)
+	return Ticket{c: c, total: t.total, work: work}
 }
+
+// Work is the work in flight on endpoint i, across all tables that share this table's
+// Loads.
+func (t *Table) Work(i int) int64 { return t.ctr[i].w.Load() }
 
 // Limit is endpoint i's hard cap on requests in flight, and false when it has none.
 func (t *Table) Limit(i int) (int64, bool) {

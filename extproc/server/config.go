@@ -29,7 +29,10 @@ type Config struct {
 	// (or after the last block of a shorter prompt).
 	AffinityBlocks int
 	Picker         picker.Config
-	Outliers       guard.OutlierConfig
+	// DecodeWork is the prompt-token equivalents bounded loads charge for a request's
+	// decode, on top of its body's tokens (decide.Config.DecodeWork).
+	DecodeWork int64
+	Outliers   guard.OutlierConfig
 	// Retry applies until the control server sends its own budget in a policy, which then
 	// wins (the control server's --retry-* flags set it).
 	Retry guard.RetryConfig
@@ -92,7 +95,7 @@ func DefaultConfig(log *slog.Logger) Config {
 // Core is the decision core's part of c.
 func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
-		Fallbacks: c.Picker.Fallbacks, Log: c.Log}
+		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -183,6 +186,10 @@ type FilePicker struct {
 	Fallbacks          int     `yaml:"fallbacks"`
 	BoundedLoadEpsilon float64 `yaml:"bounded_load_epsilon"`
 	MaxInFlight        int64   `yaml:"max_in_flight"`
+	// DecodeWorkTokens: bounded loads weigh a request by its body's tokens plus this.
+	DecodeWorkTokens int64 `yaml:"decode_work_tokens"`
+	// SpillFloor: an engine with fewer requests than this in flight never spills its keys.
+	SpillFloor int64 `yaml:"spill_floor"`
 }
 
 // FileOutliers is the file's outliers: section.
@@ -213,7 +220,8 @@ func DefaultFile() File {
 		Request: FileRequest{BlockBytes: req.BlockBytes, MaxBlocks: req.MaxBlocks, AffinityBlocks: 16,
 			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
-		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight},
+		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
+			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: pk.SpillFloor},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
 		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
 		// restarted engine is back in use within about 15 s, and a still-broken one is pushed
@@ -279,6 +287,12 @@ func (f File) Validate() error {
 	if p.MaxInFlight < 0 {
 		bad("picker.max_in_flight", "is %d: want >= 0 (0: no cap)", p.MaxInFlight)
 	}
+	if p.DecodeWorkTokens < 0 {
+		bad("picker.decode_work_tokens", "is %d: want >= 0", p.DecodeWorkTokens)
+	}
+	if p.SpillFloor < 0 {
+		bad("picker.spill_floor", "is %d: want >= 0 (0: none)", p.SpillFloor)
+	}
 	if f.Outliers.PenaltyRecoverHalfLife <= 0 {
 		bad("outliers.penalty_recover_half_life", "is %s: want > 0", f.Outliers.PenaltyRecoverHalfLife)
 	}
@@ -326,6 +340,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	req.BlockBytes, req.MaxBlocks = f.Request.BlockBytes, f.Request.MaxBlocks
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
+	pk.SpillFloor = f.Picker.SpillFloor
 	pk.MaxExamined = max(pk.MaxExamined, pk.Fallbacks+1)
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife
@@ -335,6 +350,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		Request:         req,
 		AffinityBlocks:  f.Request.AffinityBlocks,
 		Picker:          pk,
+		DecodeWork:      f.Picker.DecodeWorkTokens,
 		Outliers:        oc,
 		Retry:           f.retry(),
 		Shed:            sh,

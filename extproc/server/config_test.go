@@ -20,6 +20,8 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		{"picker: {fallbacks: -1}", "picker.fallbacks is -1"},
 		{"picker: {bounded_load_epsilon: 0}", "picker.bounded_load_epsilon is 0"},
 		{"picker: {max_in_flight: -3}", "picker.max_in_flight is -3"},
+		{"picker: {decode_work_tokens: -1}", "picker.decode_work_tokens is -1"},
+		{"picker: {spill_floor: -2}", "picker.spill_floor is -2"},
 		{"outliers: {penalty_recover_half_life: 0s}", "outliers.penalty_recover_half_life is 0s"},
 		{"retry: {max_retries_idle: 11}", "retry.max_retries_idle is 11"},
 		{"retry: {zero_at: 1.5}", "retry.zero_at 1.5"},
@@ -51,7 +53,7 @@ func TestConfigFileIsApplied(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(`
 request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, body_limit_bytes: 65536, hold_timeout: 50ms}
-picker: {fallbacks: 3, bounded_load_epsilon: 0.5, max_in_flight: 7}
+picker: {fallbacks: 3, bounded_load_epsilon: 0.5, max_in_flight: 7, decode_work_tokens: 99, spill_floor: 6}
 outliers: {penalty_recover_half_life: 9s}
 retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
 shed: {priorities: 6, retry_after: 2s}
@@ -65,10 +67,10 @@ report_interval: 3s
 		t.Fatal(err)
 	}
 	got := []any{c.Request.BlockBytes, c.Request.MaxBlocks, c.AffinityBlocks, c.BodyLimitBytes, c.HoldTimeout.String(),
-		c.Picker.Fallbacks, c.Picker.Epsilon, c.Picker.MaxInFlight, c.Outliers.RecoverHalfLife.String(),
+		c.Picker.Fallbacks, c.Picker.Epsilon, c.Picker.MaxInFlight, c.DecodeWork, c.Picker.SpillFloor, c.Outliers.RecoverHalfLife.String(),
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String()}
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s"}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])

@@ -370,6 +370,15 @@ func (s *Server) keyKnown(st *streamState, gathered []byte) bool {
 	return n > s.cfg.AffinityBlocks || n >= s.cfg.Request.MaxBlocks
 }
 
+// bodyBytes is the request body's size for its weight in bounded loads: the
+// Content-Length when the client sent one, else what arrived before the decision.
+func bodyBytes(contentLength int64, seen int) int {
+	if contentLength > int64(seen) {
+		return int(min(contentLength, 1<<40))
+	}
+	return seen
+}
+
 func (st *streamState) gathered() []byte {
 	if st.body != nil {
 		return st.body
@@ -489,7 +498,8 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 	}
 	var buf [picker.MaxExamined]int
 	d := s.core.Route(decide.Request{Model: st.req.Model, Key: s.key(&st.req), Priority: st.priority,
-		PromptBytes: st.req.PromptBytes, RequestID: st.requestID, Subset: st.subset, HasSubset: st.hasSubset}, buf[:0])
+		PromptBytes: st.req.PromptBytes, BodyBytes: bodyBytes(st.contentLength, len(body)),
+		RequestID: st.requestID, Subset: st.subset, HasSubset: st.hasSubset}, buf[:0])
 	st.ticket = d.Ticket
 	switch d.Verdict {
 	case decide.NoSnapshot:
