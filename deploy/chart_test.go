@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"os"
@@ -92,23 +93,71 @@ func TestChartLints(t *testing.T) {
 	run(t, h, "lint", "--strict", chart, "-f", valuesFile(t, withPools))
 }
 
-// TestChartBootstrapIsRendered: the chart's Envoy bootstrap is meridian-bootstrap's output
-// for the chart's parameters (regenerate with the command in the chart's README).
-func TestChartBootstrapIsRendered(t *testing.T) {
+var update = flag.Bool("update", false, "rewrite the chart's rendered bootstrap files (deploy/meridian/files)")
+
+// The paths the chart mounts the envoy Secret and the bootstrap ConfigMap at.
+const (
+	envoyTLSDir = "/etc/envoy-tls"
+	envoySDSDir = "/etc/envoy"
+)
+
+// chartBootstrap renders what files/ must hold: the bootstrap with mutual TLS (the
+// default), its two SDS files, and the plaintext one for tls.insecure=true.
+func chartBootstrap(t *testing.T) map[string][]byte {
+	t.Helper()
 	p := bootstrap.DefaultParams()
 	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = "meridian-node-id-placeholder", "0.0.0.0:10000", "127.0.0.1:9901",
 		"meridian-xds-placeholder:18000", "127.0.0.1:19001", "/dev/stdout"
-	p.Insecure = true // the chart runs plaintext xDS inside the cluster (docs/security.md)
-	var want bytes.Buffer
-	if err := bootstrap.Render(&want, p); err != nil {
+	out := map[string][]byte{}
+	insecure := p
+	insecure.Insecure = true
+	var b bytes.Buffer
+	if err := bootstrap.Render(&b, insecure); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(chart, "files", "envoy.yaml"))
-	if err != nil {
+	out["envoy-insecure.yaml"] = bytes.Clone(b.Bytes())
+
+	p.TLS = &bootstrap.TLSFiles{Cert: envoyTLSDir + "/tls.crt", Key: envoyTLSDir + "/tls.key", CA: envoyTLSDir + "/ca.crt", SDSDir: envoySDSDir}
+	b.Reset()
+	if err := bootstrap.Render(&b, p); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want.Bytes()) {
-		t.Fatal("deploy/meridian/files/envoy.yaml is stale: regenerate it with the meridian-bootstrap command in deploy/meridian/README.md")
+	out["envoy.yaml"] = bytes.Clone(b.Bytes())
+	// The SDS files name only the Secret's paths, not where they are written.
+	sds := t.TempDir()
+	p.TLS.SDSDir = sds
+	if err := bootstrap.WriteSDS(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"cert", "ca"} {
+		data, err := os.ReadFile(filepath.Join(sds, "envoy-meridian-node-id-placeholder-"+kind+".sds.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["envoy-"+kind+".sds.yaml"] = data
+	}
+	return out
+}
+
+// TestChartBootstrapIsRendered: the chart's Envoy bootstrap files are meridian-bootstrap's
+// output for the chart's parameters (regenerate with go test ./deploy -run
+// TestChartBootstrapIsRendered -update).
+func TestChartBootstrapIsRendered(t *testing.T) {
+	for name, want := range chartBootstrap(t) {
+		path := filepath.Join(chart, "files", name)
+		if *update {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("deploy/meridian/files/%s is stale: regenerate it with go test ./deploy -run TestChartBootstrapIsRendered -update", name)
+		}
 	}
 }
 
@@ -144,8 +193,14 @@ func TestK8sChartApplies(t *testing.T) {
 	}
 	// The ServiceMonitor's CRD is not on this API server: leave it out here (lint covers it).
 	values := strings.Replace(withPools, "enabled: true", "enabled: false", 1)
-	rendered := run(t, h, "template", "r1", chart, "-n", ns, "--kube-version", "1.37.2", "-f", valuesFile(t, values))
-	objs := docs(t, rendered)
+	// The default is mutual TLS: the Secrets it mounts come from meridian-certs, as the
+	// chart's NOTES say.
+	r := render(t, h, values)
+	secrets := certSecrets(t, "r1-meridian", "gateway")
+	for _, s := range secrets {
+		s.SetNamespace(ns)
+	}
+	objs := append(secrets, r.objs...)
 
 	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
 	if err != nil {
@@ -173,7 +228,7 @@ func TestK8sChartApplies(t *testing.T) {
 		}
 		kinds[gvk.Kind]++
 	}
-	for _, k := range []string{"Deployment", "PodDisruptionBudget", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "NetworkPolicy"} {
+	for _, k := range []string{"Deployment", "PodDisruptionBudget", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "NetworkPolicy", "Secret"} {
 		if kinds[k] == 0 {
 			t.Errorf("the chart renders no %s", k)
 		}
@@ -189,6 +244,10 @@ func TestK8sChartApplies(t *testing.T) {
 		c.Resources.Requests.Cpu().IsZero() || dep.Spec.Template.Spec.Affinity.PodAntiAffinity == nil || !slices.Contains(c.Args, "--leader-elect") {
 		t.Errorf("control Deployment lacks replicas/probes/resources/anti-affinity/leader election: %+v", dep.Spec)
 	}
+
+	// Each TLS Secret the chart mounts is on the API server and proves the identity of the
+	// process that mounts it.
+	chartSecretsProve(t, ctx, env, ns, r)
 
 	// The fleet file in the ConfigMap is a valid fleet file.
 	cm, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, "r1-meridian-fleet", metav1.GetOptions{})
