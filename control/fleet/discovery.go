@@ -114,6 +114,10 @@ type Discovered struct {
 	Engine Engine
 	Object string
 	Fields map[string]string
+	// ServedModels says Engine.Models is what the engine itself serves (its /v1/models,
+	// LoRA adapters included), not what a user named: models the fleet does not know are
+	// dropped rather than refused, and only an engine serving none of them is left out.
+	ServedModels bool
 }
 
 // WithDiscovered returns a copy of f whose engines are f's followed by the discovered ones
@@ -142,6 +146,22 @@ func (f *Fleet) WithDiscovered(found []Discovered) (*Fleet, []error) {
 				path = p
 			}
 			mine = append(mine, &FieldError{File: d.Object, Path: path, Reason: fmt.Sprintf(format, args...)})
+		}
+		if d.ServedModels {
+			var known, other []string
+			for _, m := range d.Engine.Models {
+				if models[m] {
+					known = append(known, m)
+				} else {
+					other = append(other, m)
+				}
+			}
+			if len(known) == 0 {
+				bad("models", "the engine serves %q, none of them one of models[].name: add its model to the fleet file, or name it in the meridian.dev/models annotation", other)
+				errs = append(errs, mine...)
+				continue
+			}
+			d.Engine.Models = known
 		}
 		probe := map[string]string{} // an engine left out must not claim its address
 		for k, v := range addrs {

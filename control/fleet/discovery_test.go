@@ -116,3 +116,36 @@ func TestWithDiscoveredSkipsBadEnginesAndNamesTheObject(t *testing.T) {
 		t.Fatalf("no engines at all: fleet %v, problems %v; want nil and one problem", none, problems)
 	}
 }
+
+// TestDiscoveredServedModels: an engine whose models are what it serves (its /v1/models)
+// keeps the fleet's models among them and drops the rest; serving none of them leaves it
+// out, naming where the models came from.
+func TestDiscoveredServedModels(t *testing.T) {
+	f, err := Parse("fleet.yaml", []byte(discoveryFleet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := []string{"llama", "sql-lora"}
+	fields := map[string]string{"models": "GET http://10.0.0.2:8000/v1/models"}
+	found := []Discovered{
+		{Engine: Engine{Name: "ns/p/a", Address: "10.0.0.1:8000", Region: "a", Models: []string{"llama", "sql-lora"}, CapacityRPS: 8}, Object: "Pod ns/a", ServedModels: true},
+		{Engine: Engine{Name: "ns/p/b", Address: "10.0.0.2:8000", Region: "a", Models: []string{"mistral"}, CapacityRPS: 8}, Object: "Pod ns/b", Fields: fields, ServedModels: true},
+		{Engine: Engine{Name: "ns/p/c", Address: "10.0.0.3:8000", Region: "a", Models: served, CapacityRPS: 8}, Object: "Pod ns/c"},
+	}
+	got, problems := f.WithDiscovered(found)
+	if got == nil || len(got.Engines) != 1 || got.Engines[0].Name != "ns/p/a" || strings.Join(got.Engines[0].Models, ",") != "llama" {
+		t.Fatalf("engines %+v, want ns/p/a serving llama only", got)
+	}
+	if strings.Join(found[0].Engine.Models, ",") != "llama,sql-lora" {
+		t.Errorf("the caller's models were changed: %v", found[0].Engine.Models)
+	}
+	all := errors.Join(problems...).Error()
+	for _, want := range []string{
+		`GET http://10.0.0.2:8000/v1/models: the engine serves ["mistral"], none of them one of models[].name`,
+		`models[1]: "sql-lora" is not one of models[].name`, // a user's list is checked whole
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("problems %q lack %q", all, want)
+		}
+	}
+}

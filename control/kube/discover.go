@@ -68,6 +68,11 @@ type Discoverer struct {
 	pools    []labels.Selector
 	trigger  chan struct{}
 
+	// probe asks engines whose objects name no models for their /v1/models; during a scan
+	// (Run's goroutine only) asking collects the addresses to ask.
+	probe  *modelProber
+	asking map[string]bool
+
 	mu       sync.Mutex
 	refs     map[string]corev1.ObjectReference // Discovered.Object -> the object, for Events
 	reported map[string]string                 // object -> the problems last reported for it
@@ -85,6 +90,7 @@ func New(opt Options) (*Discoverer, error) {
 		opt.Component = "meridian-control"
 	}
 	d := &Discoverer{opt: opt, trigger: make(chan struct{}, 1), refs: map[string]corev1.ObjectReference{}, reported: map[string]string{}}
+	d.probe = newModelProber(opt.Log, opt.Metrics, d.Resync)
 	for i, s := range opt.Config.Services {
 		sel, err := labels.Parse(s.Selector)
 		if err != nil {
@@ -177,7 +183,7 @@ func (d *Discoverer) Run(ctx context.Context, apply func([]fleet.Discovered) []e
 	}
 	d.opt.Log.Info("kubernetes discovery synced", "namespace", nsName(ns), "services", len(slices), "inference_pools", len(pools))
 	for {
-		found, problems := d.scan(slices, pools, pods)
+		found, problems := d.scan(ctx, slices, pools, pods)
 		problems = append(problems, apply(found)...)
 		d.report(ctx, problems)
 		select {
@@ -206,9 +212,11 @@ func nsName(ns string) string {
 }
 
 // scan turns the informers' caches into engines, in a stable order.
-func (d *Discoverer) scan(slices, pools []cache.Indexer, pods cache.Indexer) ([]fleet.Discovered, []error) {
+func (d *Discoverer) scan(ctx context.Context, slices, pools []cache.Indexer, pods cache.Indexer) ([]fleet.Discovered, []error) {
 	var found []fleet.Discovered
 	var problems []error
+	d.asking = map[string]bool{}
+	defer func() { d.probe.want(ctx, d.asking) }()
 	refs := map[string]corev1.ObjectReference{}
 	for i, idx := range slices {
 		src := d.opt.Config.Services[i]
@@ -292,6 +300,7 @@ func (d *Discoverer) fromSlice(obj string, s *discoveryv1.EndpointSlice, src fle
 		return nil, bad(capPath, "%v", capErr)
 	}
 	var found []fleet.Discovered
+	var problems []error
 	for j, ep := range s.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
@@ -314,11 +323,42 @@ func (d *Discoverer) fromSlice(obj string, s *discoveryv1.EndpointSlice, src fle
 		}
 		ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
 		terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
-		found = append(found, d.engine(obj, s.Namespace+"/"+service+"/"+name, namePath,
-			hostPort(ep.Addresses[0], port), fmt.Sprintf("endpoints[%d].addresses[0] (port %s)", j, portPath),
-			region, regionPath, models, modelsPath, capacity, capPath, src.EngineDefaults, !ready || terminating))
+		addr := hostPort(ep.Addresses[0], port)
+		epModels, epModelsPath, epCapacity, epCapPath := models, modelsPath, capacity, capPath
+		served := len(models) == 0
+		if served {
+			var problem error
+			if epModels, epModelsPath, problem = d.engineModels(addr, ready && !terminating); epModels == nil {
+				if problem != nil {
+					problems = append(problems, &fleet.FieldError{File: obj, Path: fmt.Sprintf("endpoints[%d]", j), Reason: problem.Error()})
+				}
+				continue
+			}
+			epCapacity, epCapPath, _ = d.capacity(src.EngineDefaults, epModels, fmt.Sprintf("discovery.kubernetes.services[%d]", srcIdx),
+				source{"metadata.labels", s.Labels}, source{"metadata.annotations", s.Annotations})
+		}
+		e := d.engine(obj, s.Namespace+"/"+service+"/"+name, namePath,
+			addr, fmt.Sprintf("endpoints[%d].addresses[0] (port %s)", j, portPath),
+			region, regionPath, epModels, epModelsPath, epCapacity, epCapPath, src.EngineDefaults, !ready || terminating)
+		e.ServedModels = served
+		found = append(found, e)
 	}
-	return found, nil
+	return found, problems
+}
+
+// engineModels is what an engine whose objects name no models serves, from its
+// /v1/models: nil while it has not answered yet, with a problem to report once asking
+// failed repeatedly (only for a ready engine: one still starting is not a fault).
+func (d *Discoverer) engineModels(addr string, ready bool) (models []string, path string, problem error) {
+	d.asking[addr] = d.asking[addr] || ready
+	st := d.probe.state(addr)
+	if st.models != nil {
+		return st.models, "GET http://" + addr + "/v1/models", nil
+	}
+	if ready {
+		return nil, "", st.err
+	}
+	return nil, "", nil
 }
 
 func (d *Discoverer) fromPool(obj string, pool *inferencev1.InferencePool, pods cache.Indexer, src fleet.PoolSource, srcIdx int) ([]fleet.Discovered, []error) {
@@ -386,9 +426,25 @@ func (d *Discoverer) fromPool(obj string, pool *inferencev1.InferencePool, pods 
 			if len(pool.Spec.TargetPorts) > 1 {
 				name += ":" + strconv.Itoa(int(tp.Number))
 			}
-			found = append(found, d.engine(obj, name, podObj+": metadata.name",
-				hostPort(pod.Status.PodIP, int32(tp.Number)), fmt.Sprintf("%s: status.podIP (port spec.targetPorts[%d])", podObj, k),
-				region, regionPath, models, modelsPath, capacity, capPath, src.EngineDefaults, !ready))
+			addr := hostPort(pod.Status.PodIP, int32(tp.Number))
+			epModels, epModelsPath, epCapacity, epCapPath := models, modelsPath, capacity, capPath
+			served := len(models) == 0
+			if served {
+				var problem error
+				if epModels, epModelsPath, problem = d.engineModels(addr, ready); epModels == nil {
+					if problem != nil {
+						problems = append(problems, &fleet.FieldError{File: obj, Path: fmt.Sprintf("%s (port spec.targetPorts[%d])", podObj, k), Reason: problem.Error()})
+					}
+					continue
+				}
+				epCapacity, epCapPath, _ = d.capacity(src.EngineDefaults, epModels, poolDefaults,
+					source{obj + ": metadata.annotations", pool.Annotations}, source{podObj + ": metadata.annotations", pod.Annotations})
+			}
+			e := d.engine(obj, name, podObj+": metadata.name",
+				addr, fmt.Sprintf("%s: status.podIP (port spec.targetPorts[%d])", podObj, k),
+				region, regionPath, epModels, epModelsPath, epCapacity, epCapPath, src.EngineDefaults, !ready)
+			e.ServedModels = served
+			found = append(found, e)
 		}
 	}
 	return found, problems

@@ -14,6 +14,8 @@ type Metrics struct {
 	rejections prometheus.Counter
 	forbidden  *prometheus.CounterVec
 	watchErrs  *prometheus.CounterVec
+	// modelProbes counts GET /v1/models requests to engines whose objects name no models.
+	modelProbes *prometheus.CounterVec
 }
 
 // NewMetrics registers the discovery metrics with reg.
@@ -29,8 +31,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		watchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_control_discovery_watch_errors_total",
 			Help: "Failed list or watch calls to the API server, by resource (the informer retries with backoff)."},
 			[]string{"resource"}),
+		modelProbes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_control_discovery_model_requests_total",
+			Help: "GET /v1/models requests to discovered engines whose objects name no models, by result (ok, error)."},
+			[]string{"result"}),
 	}
-	reg.MustRegister(m.rejected, m.rejections, m.forbidden, m.watchErrs)
+	reg.MustRegister(m.rejected, m.rejections, m.forbidden, m.watchErrs, m.modelProbes)
 	return m
 }
 
