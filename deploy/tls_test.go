@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meridian-router/meridian/control/kube/kubetest"
+	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/mtls"
 )
 
@@ -425,6 +426,48 @@ func TestK8sChartInsecureIsLoud(t *testing.T) {
 		notes := out[i:]
 		if !strings.Contains(notes, c.want) || strings.Contains(notes, c.not) {
 			t.Errorf("helm install --set %s: NOTES lack %q or have %q:\n%s", c.set, c.want, c.not, notes)
+		}
+	}
+}
+
+// TestChartEnvoyBootstrapValidates: the gateway's bootstrap ConfigMap, laid out as the pod
+// mounts it (the paths moved under a temporary directory) with the envoy Secret's files,
+// is accepted by the real Envoy (--mode validate), which also checks that the SDS files
+// the bootstrap names are there. With tls.insecure=true too.
+func TestChartEnvoyBootstrapValidates(t *testing.T) {
+	h := helm(t)
+	envoy := stack.RequireEnvoy(t)
+	ca, err := mtls.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{"tls.insecure=false", "tls.insecure=true"} {
+		r := render(t, h, "", set)
+		root := t.TempDir()
+		move := strings.NewReplacer("/etc/envoy-tls", root+"/envoy-tls", "/etc/envoy", root+"/envoy")
+		data, _, _ := unstructured.NestedStringMap(r.get(t, "ConfigMap", "r1-meridian-envoy").Object, "data")
+		for _, dir := range []string{"envoy", "envoy-tls"} {
+			if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k, v := range data {
+			if err := os.WriteFile(filepath.Join(root, "envoy", k), []byte(move.Replace(v)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		crt, key, err := ca.Issue(mtls.Envoy("gateway"), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": ca.PEM} {
+			if err := os.WriteFile(filepath.Join(root, "envoy-tls", name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(envoy, "--mode", "validate", "-c", filepath.Join(root, "envoy", "envoy.yaml"), "--log-level", "warn")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("--set %s: Envoy refuses the chart's bootstrap: %v\n%s", set, err, out)
 		}
 	}
 }
