@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -182,6 +183,9 @@ func docs(t *testing.T, rendered string) []*unstructured.Unstructured {
 // TestK8sChartApplies renders the chart, applies it to a real API server (server-side
 // apply), checks the fleet file it carries is valid, and runs discovery and leader
 // election as the chart's service account: its RBAC is enough, and no more is granted.
+// With the TLS default, the Secrets come from meridian-certs; each proves its process's
+// identity, and the control and sidecar containers, run as processes with the mounts laid
+// out as a kubelet would, connect over mutual TLS.
 func TestK8sChartApplies(t *testing.T) {
 	h := helm(t)
 	env := kubetest.Start(t)
@@ -334,6 +338,19 @@ func TestK8sChartApplies(t *testing.T) {
 	if _, err := kubernetes.NewForConfigOrDie(sa).CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		t.Error("the chart's service account may list Secrets")
 	}
+
+	// The chart's control and sidecar containers run (after the Lease above is free again).
+	// An engine for the fleet (the chart's Service source): its address is not reachable,
+	// which the control server reports and serves around.
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "llama-x1", Namespace: ns, Labels: map[string]string{"meridian.dev/engine": "true", discoveryv1.LabelServiceName: "llama"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("http"), Port: ptrTo[int32](8000)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.20.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runChartPods(t, ctx, env, ns, r)
 }
 
 func ptrTo[T any](v T) *T { return &v }

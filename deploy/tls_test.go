@@ -3,12 +3,14 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -470,4 +472,106 @@ func TestChartEnvoyBootstrapValidates(t *testing.T) {
 			t.Errorf("--set %s: Envoy refuses the chart's bootstrap: %v\n%s", set, err, out)
 		}
 	}
+}
+
+// runChartPods runs the applied chart's control and sidecar containers as processes: their
+// args as rendered, with the mounts moved under a temporary directory (filled from the
+// API server's Secrets and ConfigMaps, as a kubelet would) and the pod addresses on
+// loopback. The sidecar gets its snapshot from the control server over mutual TLS with the
+// Secrets meridian-certs made: the chart's TLS default works end to end.
+func runChartPods(t *testing.T, ctx context.Context, env *kubetest.Env, ns string, r rendered) {
+	t.Helper()
+	dir := t.TempDir()
+	bins, err := stack.Build(filepath.Join(dir, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]int{}
+	for _, name := range []string{"xds", "http", "ext_proc", "sidecar-http"} {
+		if ports[name], err = stack.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := func(name string) string { return "127.0.0.1:" + strconv.Itoa(ports[name]) }
+	// What the kubelet would mount.
+	mount := func(path string, data map[string][]byte) string {
+		p := filepath.Join(dir, path)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range data {
+			if err := os.WriteFile(filepath.Join(p, k), v, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	secret := func(name string) map[string][]byte {
+		s, err := env.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Data
+	}
+	cm, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, "r1-meridian-fleet", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := kubetest.Kubeconfig(t, env.Config)
+	// The pod's service account is the in-cluster config; here a kubeconfig (RBAC is
+	// checked as the service account in TestK8sChartApplies).
+	var fleetDoc map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["fleet.yaml"]), &fleetDoc); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(fleetDoc, kubeconfig, "discovery", "kubernetes", "kubeconfig"); err != nil {
+		t.Fatal(err)
+	}
+	fleetYAML, err := yaml.Marshal(fleetDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := r.deployment(t, "r1-meridian-control")
+	gw := r.deployment(t, "r1-meridian-gateway")
+	xdsHost := fmt.Sprintf("r1-meridian-control.%s.svc.cluster.local:%d", ns, 18000)
+	move := strings.NewReplacer(
+		"/etc/meridian-tls", mount("control-tls", secret(tlsFiles(t, control, container(t, control, "control")))),
+		"/etc/meridian/", mount("meridian", map[string][]byte{"fleet.yaml": fleetYAML})+"/",
+		"0.0.0.0:18000", loop("xds"), "0.0.0.0:18080", loop("http"))
+	sidecarMove := strings.NewReplacer(
+		"/etc/meridian-tls", mount("sidecar-tls", secret(tlsFiles(t, gw, container(t, gw, "sidecar")))),
+		xdsHost, loop("xds"), "127.0.0.1:19001", loop("ext_proc"), "0.0.0.0:19081", loop("sidecar-http"))
+	args := func(c corev1.Container, m *strings.Replacer) []string {
+		var out []string
+		for _, a := range c.Args {
+			a = m.Replace(a)
+			if strings.Contains(a, "/etc/") || strings.Contains(a, "0.0.0.0") || strings.Contains(a, ".svc.cluster.local") {
+				t.Fatalf("%s: the arg %q names a pod path or address this test does not provide", c.Name, a)
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	cp := &stack.Proc{Name: "control", Bin: bins.Control, Log: filepath.Join(dir, "control.log"),
+		Args: append(args(container(t, control, "control"), move), "--kubeconfig", kubeconfig),
+		Env:  []string{"POD_IP=127.0.0.1", "POD_NAMESPACE=" + ns}}
+	sp := &stack.Proc{Name: "sidecar", Bin: bins.Sidecar, Log: filepath.Join(dir, "sidecar.log"), Args: args(container(t, gw, "sidecar"), sidecarMove)}
+	for _, p := range []*stack.Proc{cp, sp} {
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(5 * time.Second) })
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := stack.WaitHTTP(wctx, "http://"+loop("sidecar-http")+"/healthz", 200); err != nil {
+		c, _ := os.ReadFile(cp.Log)
+		s, _ := os.ReadFile(sp.Log)
+		t.Fatalf("the chart's sidecar got no snapshot from the chart's control server: %v\ncontrol log:\n%s\nsidecar log:\n%s", err, c, s)
+	}
+	logs, _ := os.ReadFile(cp.Log)
+	if strings.Contains(string(logs), "INSECURE") {
+		t.Errorf("the chart's control server runs insecure:\n%s", logs)
+	}
+	t.Logf("the chart's control and sidecar containers, as processes: the sidecar has its snapshot over mutual TLS (args %v)", sp.Args)
 }
