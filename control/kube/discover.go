@@ -182,8 +182,21 @@ func (d *Discoverer) Run(ctx context.Context, apply func([]fleet.Discovered) []e
 		return
 	}
 	d.opt.Log.Info("kubernetes discovery synced", "namespace", nsName(ns), "services", len(slices), "inference_pools", len(pools))
+	// The first fleet waits (a bounded time) for the first answers of the engines asked
+	// for their models, so that it has them rather than being refused for lacking them.
+	firstBy, first := time.Now().Add(modelsTimeout+time.Second), true
 	for {
 		found, problems := d.scan(ctx, slices, pools, pods)
+		if first && time.Now().Before(firstBy) && d.probe.untried(d.asking) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.trigger:
+			case <-time.After(time.Until(firstBy)):
+			}
+			continue
+		}
+		first = false
 		problems = append(problems, apply(found)...)
 		d.report(ctx, problems)
 		select {

@@ -84,6 +84,7 @@ type probe struct {
 	failures int      // failed requests in a row
 	err      error    // the failure reported, fixed from the modelsFailuresToReport-th on
 	ready    bool
+	tried    bool          // the first request has ended
 	kick     chan struct{} // ask now (the endpoint became ready)
 	stop     context.CancelFunc
 }
@@ -104,6 +105,18 @@ func newModelProber(log *slog.Logger, m *Metrics, changed func()) *modelProber {
 type modelState struct {
 	models []string
 	err    error
+}
+
+// untried reports whether an engine of addrs has not had its first answer yet.
+func (p *modelProber) untried(addrs map[string]bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr := range addrs {
+		if pr, ok := p.engines[addr]; ok && !pr.tried {
+			return true
+		}
+	}
+	return false
 }
 
 // state is what is known now of the engine at addr.
@@ -131,7 +144,7 @@ func (p *modelProber) want(ctx context.Context, addrs map[string]bool) {
 		pr, ok := p.engines[addr]
 		if !ok {
 			pctx, cancel := context.WithCancel(ctx)
-			pr = &probe{kick: make(chan struct{}, 1), stop: cancel}
+			pr = &probe{ready: ready, kick: make(chan struct{}, 1), stop: cancel}
 			p.engines[addr] = pr
 			go p.run(pctx, addr, pr)
 		}
@@ -157,13 +170,14 @@ func (p *modelProber) run(ctx context.Context, addr string, pr *probe) {
 		}
 		wait := modelsRefresh
 		p.mu.Lock()
-		changed := false
+		changed := !pr.tried // the first fleet waits for first answers
+		pr.tried = true
 		if err == nil {
 			p.metrics.modelProbes.WithLabelValues("ok").Inc()
 			if pr.err != nil || pr.failures >= modelsFailuresToReport {
 				p.log.Info("engine answers /v1/models again", "url", url, "models", models)
 			}
-			changed = !slices.Equal(models, pr.models) || pr.err != nil
+			changed = changed || !slices.Equal(models, pr.models) || pr.err != nil
 			pr.models, pr.failures, pr.err = models, 0, nil
 			backoff = modelsRetryMin
 		} else {

@@ -119,6 +119,12 @@ func TestK8sModelsFromEngine(t *testing.T) {
 		}
 	}
 
+	// The first discovered fleet waited for the engines' answers: it was not refused for
+	// having no engine.
+	if b, _ := os.ReadFile(s.Control.Log); strings.Contains(string(b), "fleet file rejected") {
+		t.Errorf("a discovered fleet was refused while the engines were being asked:\n%s", b)
+	}
+
 	// e2 does not answer: one log line with the fix, counted, and an Event on the pool.
 	e2 := "GET http://" + addr("e2") + "/v1/models"
 	var logText string
