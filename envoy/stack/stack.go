@@ -418,6 +418,16 @@ func (s *Stack) WriteFleet(weights map[string]map[string]uint32) error {
 // EnvoyWeights reads a node's Envoy admin /clusters: for each model cluster, the weight of
 // each priority-0 host address (failover hosts at priority 1 carry no share).
 func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[string]uint32, error) {
+	return s.envoyHosts(ctx, node, false)
+}
+
+// EnvoyMembers is EnvoyWeights with every host Envoy holds, failover hosts (priority >= 1)
+// included: what discovery put into EDS, whatever share the plan gives it.
+func (s *Stack) EnvoyMembers(ctx context.Context, node string) (map[string]map[string]uint32, error) {
+	return s.envoyHosts(ctx, node, true)
+}
+
+func (s *Stack) envoyHosts(ctx context.Context, node string, failover bool) (map[string]map[string]uint32, error) {
 	var doc struct {
 		ClusterStatuses []struct {
 			Name         string `json:"name"`
@@ -443,7 +453,7 @@ func (s *Stack) EnvoyWeights(ctx context.Context, node string) (map[string]map[s
 		}
 		hosts := map[string]uint32{}
 		for _, h := range c.HostStatuses {
-			if h.Priority > 0 {
+			if h.Priority > 0 && !failover {
 				continue // failover engines carry no share
 			}
 			hosts[h.Address.SocketAddress.Address+":"+strconv.Itoa(h.Address.SocketAddress.PortValue)] = h.Weight
