@@ -51,12 +51,11 @@ type Config struct {
 	// SpillFloor is the in-flight count below which an endpoint never spills for load.
 	// With few requests in flight the shares round to nothing and bounded loads scatter
 	// a prefix's concurrent requests, giving up their KV-cache reuse; a floor keeps them
-	// together. The default, 2, keeps a conversation's next turn on its engine while the
-	// previous turn's outcome is still on its way (the access log arrives after the
-	// client has its answer). It was 4: the simulator's capacity search at the latency
-	// SLO (docs/results) measured 4 costing capacity, because each of several sidecar
-	// replicas sees only its own share of an engine's requests, so a per-sidecar floor of
-	// 4 kept bounded loads from acting. 0 disables the floor.
+	// together, and keeps a conversation's next turn on its engine while the previous
+	// turn's outcome is still on its way (the access log arrives after the client has its
+	// answer). 0 disables the floor. docs/results/README.md has the capacity measured with
+	// floors 0 to 4: lower floors gain capacity on the Mooncake trace per region and lose
+	// KV-cache hits, and with 2 the real-Envoy suites saw conversations split.
 	SpillFloor int64
 	// MaxInFlight is the default hard per-endpoint cap; 0 means no cap. An endpoint at
 	// its cap is never returned, and when every examined endpoint is at its cap Pick
@@ -74,7 +73,7 @@ func DefaultConfig() Config {
 		Candidates:  4,
 		Fallbacks:   2,
 		Epsilon:     0.25,
-		SpillFloor:  2,
+		SpillFloor:  4,
 		MaxInFlight: 0,
 		MaxExamined: 16,
 	}
