@@ -205,6 +205,12 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 		if !utf8.Valid(body) || bytes.Count(body, []byte(`"messages"`)) > 1 || bytes.Count(body, []byte(`"model"`)) > 1 {
 			return // encoding/json replaces bad UTF-8 and lets the last duplicate key win
 		}
+		lower := bytes.ToLower(body)
+		for _, k := range []string{`"model"`, `"stream"`, `"messages"`, `"role"`, `"content"`, `"text"`} {
+			if bytes.Count(lower, []byte(k)) != bytes.Count(body, []byte(k)) {
+				return // encoding/json matches keys case-insensitively ("streAm"); vLLM's pydantic models do not
+			}
+		}
 		var r Request
 		err := Parse(ChatCompletions, body, true, opt, &r)
 		var doc struct {

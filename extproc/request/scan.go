@@ -93,6 +93,12 @@ func (s *scanner) str(sink func([]byte)) error {
 	}
 	start := s.i
 	for s.i < len(s.b) {
+		// Long prompts are mostly plain text: pass 8 bytes at a time while none of them
+		// ends the string, starts an escape or is a control character.
+		if s.i+8 <= len(s.b) && plain8(binary.LittleEndian.Uint64(s.b[s.i:])) {
+			s.i += 8
+			continue
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -119,6 +125,16 @@ func (s *scanner) str(sink func([]byte)) error {
 		sink(s.b[start:s.i])
 	}
 	return errEnd
+}
+
+// plain8 reports whether none of the 8 bytes in x is '"', '\\' or below 0x20: the bytes a
+// string scan must stop at. (The classic tests for a zero byte, and for a byte less than
+// n, over a word: exact as to whether any byte matches.)
+func plain8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	less := (x - 0x20*ones) & ^x & highs
+	return zero(x^('"'*ones))|zero(x^('\\'*ones))|less == 0
 }
 
 // escape decodes one escape sequence at s.i (the backslash).

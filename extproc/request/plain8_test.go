@@ -1,0 +1,40 @@
+package request
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+)
+
+// plain8 agrees with a byte-by-byte check on every byte value in every position, and on
+// random words.
+func TestPlain8MatchesBytewise(t *testing.T) {
+	ref := func(b []byte) bool {
+		for _, c := range b {
+			if c == '"' || c == '\\' || c < 0x20 {
+				return false
+			}
+		}
+		return true
+	}
+	check := func(b []byte) {
+		if got, want := plain8(binary.LittleEndian.Uint64(b)), ref(b); got != want {
+			t.Fatalf("plain8(%q) = %v, want %v", b, got, want)
+		}
+	}
+	for pos := range 8 {
+		for v := range 256 {
+			for _, fill := range []byte{'a', 0x20, 0x7f, 0x80, 0xff, '"' + 1, '\\' - 1} {
+				b := []byte{fill, fill, fill, fill, fill, fill, fill, fill}
+				b[pos] = byte(v)
+				check(b)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1 << 20 {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], r.Uint64())
+		check(b[:])
+	}
+}
