@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,7 +316,11 @@ func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.Htt
 	case st.pending == 1:
 		st.first = chunk
 	case st.body == nil:
-		st.body = append(append(make([]byte, 0, 2*(len(st.first)+len(chunk))), st.first...), chunk...)
+		size := int64(2 * (len(st.first) + len(chunk)))
+		if st.contentLength > 0 {
+			size = max(size, min(st.contentLength, s.cfg.BodyLimitBytes)) // gathered once, not regrown
+		}
+		st.body = append(append(make([]byte, 0, size), st.first...), chunk...)
 		st.first = nil
 	default:
 		st.body = append(st.body, chunk...)
@@ -362,12 +367,18 @@ func (s *Server) keyKnown(st *streamState, gathered []byte) bool {
 	if st.req.Blocks == nil {
 		st.req.Blocks = st.blocks[:0]
 	}
-	if err := request.Parse(st.kind, gathered, false, s.cfg.Request, &st.req); err != nil || st.req.Model == "" {
-		return false
-	}
+	err := request.Parse(st.kind, gathered, false, s.cfg.Request, &st.req)
 	// With a cut body the last block may be a partial one; the key's must be whole.
 	n := len(st.req.Blocks)
-	return n > s.cfg.AffinityBlocks || n >= s.cfg.Request.MaxBlocks
+	keyIn := n > s.cfg.AffinityBlocks || n >= s.cfg.Request.MaxBlocks
+	if keyIn && st.req.Model == "" {
+		// The key's blocks are in and the model is not: it comes after the prompt, at the
+		// body's end as the OpenAI SDKs send it (messages first), so parsing again before
+		// the end would find no more than this. (A body with more after its prompt, say a
+		// long tools list, is routed at its end too.)
+		st.nextParse = math.MaxInt
+	}
+	return err == nil && st.req.Model != "" && keyIn
 }
 
 // bodyBytes is the request body's size for its weight in bounded loads: the

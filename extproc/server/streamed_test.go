@@ -285,3 +285,23 @@ func TestStreamedLongPromptRoutedOnceTheKeyIsIn(t *testing.T) {
 	s.chunk(body[2*chunk:], true)
 	s.expectBodies(1)
 }
+
+// A long prompt whose model comes last (as the OpenAI SDKs send it) cannot be routed before
+// its end; it is routed then, to the engine the buffered exchange picks.
+func TestStreamedLongPromptModelLastRoutedAtItsEnd(t *testing.T) {
+	h := newHarness(t)
+	body := chatBody("llama", strings.Repeat("a long shared document. ", 8<<10)) // ~200 KiB, model last
+	want := header(h.exchange(t, "/v1/chat/completions", body), xdsapi.HeaderDestination)
+	s := h.streamed(t, "/v1/chat/completions", map[string]string{"content-length": fmt.Sprint(len(body))})
+	const chunk = 16 << 10
+	n := 0
+	for off := 0; off < len(body); off += chunk {
+		s.chunk(body[off:min(off+chunk, len(body))], off+chunk >= len(body))
+		n++
+	}
+	r := s.recv()
+	if got := headersHeader(r, xdsapi.HeaderDestination); got != want || got == "" {
+		t.Fatalf("model-last long prompt: destination %q, the buffered exchange gets %q", got, want)
+	}
+	s.expectBodies(n)
+}
