@@ -34,6 +34,9 @@ const (
 	HeaderPrefixHash = "x-meridian-prefix-hash"
 	// MetadataNamespaceEngine holds engine identity on each LbEndpoint and model on each cluster.
 	MetadataNamespaceEngine = "meridian"
+	// MetadataNamespaceDecision is the request's dynamic metadata namespace the sidecar
+	// writes its decision under; the bootstrap's access log prints it.
+	MetadataNamespaceDecision = "meridian.decision"
 	// RouteConfigName is the route table the bootstrap's listener asks for over RDS.
 	RouteConfigName = "meridian-routes"
 )

@@ -38,8 +38,8 @@ func gieEnvoy(subset []string) func(string, []byte) ([]byte, error) {
 			{"                      send_body_without_waiting_for_header_response: true\n", ""},
 			{"request_body_mode: STREAMED", "request_body_mode: BUFFERED"},
 			{"                        response_header_mode: SKIP\n                        request_body_mode", "                        response_header_mode: SEND\n                        request_body_mode"},
-			{"                        receiving_namespaces:\n                          untyped: [envoy.lb]\n",
-				"                        receiving_namespaces:\n                          untyped: [envoy.lb]\n" +
+			{"                        receiving_namespaces:\n                          untyped: [envoy.lb, meridian.decision]\n",
+				"                        receiving_namespaces:\n                          untyped: [envoy.lb, meridian.decision]\n" +
 					"                        forwarding_namespaces:\n                          untyped: [envoy.lb, envoy.lb.subset_hint]\n"},
 			{"                  - name: envoy.filters.http.ext_proc\n", `                  - name: gie.subset_hint
                     typed_config:

@@ -33,9 +33,37 @@ type AccessEntry struct {
 	Cluster     string `json:"cluster"`
 	ServedBy    string `json:"served_by"`
 	// Attempts counts upstream attempts: 1 + the retries Envoy made; 0 when none was made.
-	Attempts   int `json:"attempts"`
-	DurationMS int `json:"duration_ms"`
-	TTFBMS     int `json:"ttfb_ms"`
+	Attempts   int    `json:"attempts"`
+	DurationMS int    `json:"duration_ms"`
+	TTFBMS     int    `json:"ttfb_ms"`
+	RequestID  string `json:"request_id"`
+	// Decision is the sidecar's, from its dynamic metadata (nil when it made none).
+	Decision *AccessDecision `json:"decision"`
+}
+
+// AccessDecision is the sidecar's decision as the access log prints it (the bootstrap's
+// %DYNAMIC_METADATA(meridian.decision)%; the names are /debug/decisions').
+type AccessDecision struct {
+	Result     string `json:"result"`
+	Model      string `json:"model"`
+	PrefixKey  string `json:"prefix_key"`
+	Priority   int    `json:"priority"`
+	Engines    string `json:"engines"`
+	PassedOver bool   `json:"passed_over_for_load"`
+	Retries    int    `json:"retries"`
+	RetryOn    string `json:"retry_on"`
+	Budget     int    `json:"retry_budget"`
+	Status     int    `json:"status"`
+}
+
+// UnmarshalJSON takes the decision object, and leaves d empty for Envoy's placeholder of a
+// missing value.
+func (d *AccessDecision) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		return nil
+	}
+	type plain AccessDecision
+	return json.Unmarshal(b, (*plain)(d))
 }
 
 // Primary is the sidecar's first choice ("" when it did not steer).

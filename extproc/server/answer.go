@@ -34,6 +34,7 @@ type answer struct {
 	lbValue, dstValue structpb.Value
 	lbKind            structpb.Value_StructValue
 	dstKind           structpb.Value_StringValue
+	decision          decisionMeta // under xdsapi.MetadataNamespaceDecision, for the access log
 }
 
 func newAnswer() *answer {
@@ -67,9 +68,10 @@ func (a *answer) setHeaderRaw(k string, start int) {
 }
 
 // finish links the messages: the header mutation clears Envoy's route cache (the route
-// depends on x-meridian-cluster), and dest goes into envoy.lb, where override_host and the
-// endpoint-picker protocol read it.
-func (a *answer) finish(dest string) {
+// depends on x-meridian-cluster), dest goes into envoy.lb, where override_host and the
+// endpoint-picker protocol read it, and the decision (decisionMeta.fill's) into its own
+// namespace.
+func (a *answer) finish(dest string, decision *structpb.Value) {
 	a.mutation.SetHeaders = a.set[:a.n]
 	a.common = extprocv3.CommonResponse{HeaderMutation: &a.mutation, ClearRouteCache: true}
 	a.dstKind.StringValue = dest
@@ -77,7 +79,7 @@ func (a *answer) finish(dest string) {
 	a.lb.Fields = map[string]*structpb.Value{xdsapi.HeaderDestination: &a.dstValue}
 	a.lbKind.StructValue = &a.lb
 	a.lbValue.Kind = &a.lbKind
-	a.meta.Fields = map[string]*structpb.Value{xdsapi.MetadataNamespaceLB: &a.lbValue}
+	a.meta.Fields = map[string]*structpb.Value{xdsapi.MetadataNamespaceLB: &a.lbValue, xdsapi.MetadataNamespaceDecision: decision}
 	a.resp.DynamicMetadata = &a.meta
 }
 

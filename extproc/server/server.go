@@ -522,7 +522,9 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 	case decide.NoEngine:
 		s.explain(ctx, st, &d, 503)
 		s.metrics.decision(ctx, d.Model, resultNoEngine)
-		return decision{immediate: errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", d.Model), d.RetryAfter)}
+		resp := errorResponse(503, "service_unavailable", fmt.Sprintf("No engine is available for model `%s`.", d.Model), d.RetryAfter)
+		s.withDecision(resp, st, &d, 503)
+		return decision{immediate: resp}
 	case decide.ShedQuota, decide.ShedLimit:
 		result := d.Verdict.String()
 		s.metrics.decision(ctx, d.Model, result)
@@ -530,6 +532,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 		s.explain(ctx, st, &d, s.shedStatus(d.Priority))
 		resp := errorResponse(s.shedStatus(d.Priority), "overloaded_error", "The service is overloaded; retry after the time in Retry-After.", d.RetryAfter)
 		resp.GetImmediateResponse().Details = "meridian_" + result // Envoy's %RESPONSE_CODE_DETAILS% tells quota from limit
+		s.withDecision(resp, st, &d, s.shedStatus(d.Priority))
 		return decision{immediate: resp}
 	}
 	return s.steer(ctx, st, &d)
@@ -556,7 +559,7 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	start = len(a.raw)
 	a.raw = appendChildTraceparent(a.raw, st.traceparent)
 	a.setHeaderRaw("traceparent", start)
-	a.finish(dest)
+	a.finish(dest, a.decision.fill(d, s.key(&st.req), dest, 0))
 	s.explain(ctx, st, d, 0)
 	s.metrics.decision(ctx, d.Model, resultSteered)
 	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", d.Engine))
