@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -166,6 +169,81 @@ func TestE2EBehindAGIEGateway(t *testing.T) {
 		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health %q: %v %v, want SERVING", svc, r, err)
 		}
+	}
+}
+
+// TestE2EGIESheddableShedIs429: behind the GIE-shaped Envoy, with requests of the default
+// priority sheddable (shed.sheddable_below above it), a request shed because the only engine
+// is at its in-flight cap gets the protocol's 429 through Envoy, in OpenAI's error shape
+// with Retry-After, and the access log says why (the decision's shed_limit and status).
+func TestE2EGIESheddableShedIs429(t *testing.T) {
+	stack.RequireEnvoy(t)
+	bins, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "sidecar.yaml")
+	if err := os.WriteFile(cfg, []byte("shed:\n  sheddable_below: 2 # the default priority is 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := stack.Spec{Nodes: []stack.NodeSpec{{Name: "region-a", Region: "a"}}, SidecarArgs: []string{"--config", cfg},
+		Engines: []stack.EngineSpec{{Name: "h0", Region: "a", Models: []string{model}, MaxInFlight: 1, Args: []string{"--ttft", "10ms", "--itl", "2ms"}}}}
+	spec.BootstrapYAML = func(st *stack.Stack, node string, y []byte) ([]byte, error) {
+		return gieEnvoy(subsetOf(st, "h0"))(node, y)
+	}
+	s := stack.StartT(t, bins, spec)
+	node := s.Nodes["region-a"]
+	c := sdkClient(node.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	if err := chat2(ctx, c, model); err != nil {
+		t.Fatalf("before the engine is held: %v", err)
+	}
+	// h0 holds one request (its cap): the next is shed at once.
+	if err := s.SetFaults(ctx, "h0", stack.EngineFaults{Hang: true, LatencyMultiplier: 1}); err != nil {
+		t.Fatal(err)
+	}
+	held, release := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = chat2(held, c, model)
+	}()
+	defer func() {
+		release()
+		<-done
+	}()
+	before := len(readAccessLog(t, node.AccessLog))
+	var shed *openai.Error
+	probes := 0
+	for ; probes < 50 && shed == nil; probes++ {
+		probe, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+		err := chat2(probe, c, model)
+		stop()
+		if errors.As(err, &shed) && shed.StatusCode != 429 {
+			t.Fatalf("probe %d: %v, want 429 (a sheddable request)", probes, err)
+		}
+	}
+	if shed == nil {
+		t.Fatal("no 429 while the only engine was at its cap")
+	}
+	if !strings.Contains(shed.Message, "overloaded") || shed.Type != "overloaded_error" || shed.Response.Header.Get("Retry-After") == "" {
+		t.Fatalf("shed answer: type %q message %q Retry-After %q", shed.Type, shed.Message, shed.Response.Header.Get("Retry-After"))
+	}
+	var logged *stack.AccessEntry
+	for deadline := time.Now().Add(5 * time.Second); logged == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, e := range readAccessLog(t, node.AccessLog)[before:] {
+			if e.Status == 429 {
+				logged = &e
+			}
+		}
+	}
+	if logged == nil {
+		t.Fatal("no 429 in the access log")
+	}
+	if d := logged.Decision; d == nil || d.Result != "shed_limit" || d.Status != 429 || d.Priority != 1 || logged.Details != "meridian_shed_limit" || logged.UpstreamHost != "" && logged.UpstreamHost != "-" {
+		t.Fatalf("access log of the shed request: %+v decision %+v, want shed_limit, status 429, priority 1, no upstream", logged, logged.Decision)
 	}
 }
 
