@@ -96,7 +96,7 @@ FIGURES := $(GO) run ./scripts/figures
 FIG_OUT := out/figures
 FIG_DOCS := docs/*.md README.md
 .PHONY: figures figures-chaos figures-bench figures-bench-solver figures-bench-picker \
-	figures-bench-keymovement figures-bench-process figures-bench-overhead figures-dashboard \
+	figures-bench-keymovement figures-bench-process figures-bench-overhead figures-bench-overhead-long figures-dashboard \
 	figures-sim figures-splice
 
 figures: figures-chaos figures-bench figures-dashboard figures-sim
@@ -115,7 +115,8 @@ figures-chaos: setup
 	[ $$rc -eq 0 ] || echo "figures-chaos: tests failed or the table could not be written; see $(FIG_OUT)/chaos-test.json"; \
 	exit $$rc
 
-figures-bench: figures-bench-solver figures-bench-picker figures-bench-keymovement figures-bench-process figures-bench-overhead
+figures-bench: figures-bench-solver figures-bench-picker figures-bench-keymovement figures-bench-process figures-bench-overhead \
+	figures-bench-overhead-long
 
 # One Go benchmark command into docs/figures/$(1).md: $(1) name, $(2) the go test arguments.
 define bench_figure
@@ -145,6 +146,17 @@ figures-bench-overhead: setup
 	bash scripts/bench-overhead.sh --rates 200,500 --slice 5s --slices 3 | tee $(FIG_OUT)/bench-overhead.txt && \
 	$(FIGURES) overhead -in $(FIG_OUT)/bench-overhead.txt -load-before $$load \
 	  -cmd "scripts/bench-overhead.sh --rates 200,500 --slice 5s --slices 3" -out docs/figures/bench-overhead.md && \
+	$(FIGURES) splice $(FIG_DOCS)
+
+# The same with 220 KB prompts and the default ones, at 50, 100 and 200 req/s, in one run (about
+# 10 minutes): docs/performance.md's long-prompt table.
+OVERHEAD_LONG := --prompt-bytes 0,220000 --rates 50,100,200 --slice 5s --slices 3
+figures-bench-overhead-long: setup
+	@mkdir -p $(FIG_OUT)
+	@set -o pipefail; load=$$(cut -d' ' -f1 /proc/loadavg); \
+	bash scripts/bench-overhead.sh $(OVERHEAD_LONG) | tee $(FIG_OUT)/bench-overhead-long.txt && \
+	$(FIGURES) overhead -in $(FIG_OUT)/bench-overhead-long.txt -load-before $$load \
+	  -cmd "scripts/bench-overhead.sh $(OVERHEAD_LONG)" -out docs/figures/bench-overhead-long.md && \
 	$(FIGURES) splice $(FIG_DOCS)
 
 # docs/dashboard.png: the screenshot of the dashboard's browser test (a real control server

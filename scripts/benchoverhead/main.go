@@ -40,7 +40,7 @@ type options struct {
 	slice     time.Duration
 	slices    int
 	prompt    int
-	bytes     int // when > 0, every prompt is this many bytes (replaces prompt)
+	bytes     []int // prompt sizes to run, in turn: 0 is prompt tokens, > 0 that many bytes
 	workers   int
 	dir       string
 	profile   string
@@ -58,7 +58,7 @@ func main() {
 	fs.DurationVar(&o.slice, "slice", 5*time.Second, "length of one measurement slice")
 	fs.IntVar(&o.slices, "slices", 3, "slices per configuration and rate (alternating with and without the sidecar)")
 	fs.IntVar(&o.prompt, "prompt-tokens", 256, "prompt size (the sidecar parses and hashes it)")
-	fs.IntVar(&o.bytes, "prompt-bytes", 0, "when set, every prompt is this many bytes of text (for example 220000, the\nlong prompts of llm-d-router issue #1109), 16 shared prefixes, each request's own suffix")
+	promptBytes := fs.String("prompt-bytes", "0", "comma-separated prompt sizes, run in turn over the same stack: 0 is --prompt-tokens\ntokens, a positive size is that many bytes of text per prompt (for example 220000, the\nlong prompts of llm-d-router issue #1109): 16 shared prefixes, each request's own suffix")
 	fs.IntVar(&o.workers, "envoy-workers", 1, "Envoy worker threads for each Envoy")
 	fs.StringVar(&o.profile, "cpu-profile", "", "write a CPU profile of the sidecar during the first measured slice to this file")
 	fs.BoolVar(&o.plaintext, "plaintext", false, "run every connection meridian owns without TLS (loopback)")
@@ -77,9 +77,13 @@ func main() {
 		}
 		o.rates = append(o.rates, v)
 	}
-	if o.bytes < 0 || o.bytes > 900_000 {
-		fmt.Fprintln(os.Stderr, "benchoverhead: --prompt-bytes must be in [0, 900000] (Envoy's buffer limit is 1 MiB)")
-		os.Exit(2)
+	for _, r := range strings.Split(*promptBytes, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || v < 0 || v > 900_000 {
+			fmt.Fprintf(os.Stderr, "benchoverhead: --prompt-bytes: %q must be in [0, 900000] (Envoy's buffer limit is 1 MiB)\n", r)
+			os.Exit(2)
+		}
+		o.bytes = append(o.bytes, v)
 	}
 	if o.slices < 1 || o.slice < time.Second {
 		fmt.Fprintln(os.Stderr, "benchoverhead: --slices must be >= 1 and --slice >= 1s")
@@ -95,6 +99,8 @@ func main() {
 
 // RateResult compares the two configurations at one rate. Latencies are in milliseconds.
 type RateResult struct {
+	// PromptBytes is the prompt size in bytes; 0 for --prompt-tokens prompts.
+	PromptBytes   int     `json:"prompt_bytes"`
 	Rate          float64 `json:"rate_rps"`
 	Requests      int     `json:"requests_per_config"`
 	BaselineP50   float64 `json:"baseline_p50_ms"`
@@ -172,12 +178,34 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	prompts := promptSource{synth: synth, tokens: o.prompt}
-	if o.bytes > 0 {
-		prompts.long = longPrefixes(16, o.bytes)
-	}
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 256, DisableCompression: true}}
 	var results []RateResult
+	for _, size := range o.bytes {
+		prompts := promptSource{synth: synth, tokens: o.prompt}
+		if size > 0 {
+			prompts.long = longPrefixes(16, size)
+		}
+		rs, err := runRates(ctx, o, s, client, prompts, size)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
+	out, err := json.Marshal(map[string]any{"results": results})
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(out))
+	return nil
+}
+
+// runRates measures every rate with one kind of prompt.
+func runRates(ctx context.Context, o options, s *stack.Stack, client *http.Client, prompts promptSource, size int) ([]RateResult, error) {
+	var results []RateResult
+	what := fmt.Sprintf("%d-token prompts", o.prompt)
+	if size > 0 {
+		what = fmt.Sprintf("%d-byte prompts", size)
+	}
 	for _, rate := range o.rates {
 		lat := map[string][]time.Duration{}
 		errs := map[string]int{}
@@ -186,44 +214,44 @@ func run(ctx context.Context, o options) error {
 		configs := []string{"sidecar", "baseline", "noop"}
 		for _, node := range configs {
 			if _, _, err := slice(ctx, client, s.Nodes[node].URL, prompts, rate, time.Second); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		for i := 0; i < o.slices; i++ {
 			// Rotate the order so that no configuration always runs first after another.
 			order := append(slices.Clone(configs[i%len(configs):]), configs[:i%len(configs)]...)
 			for _, node := range order {
-				fmt.Fprintf(os.Stderr, "benchoverhead: %s at %.0f req/s, slice %d/%d\n", node, rate, i+1, o.slices)
+				fmt.Fprintf(os.Stderr, "benchoverhead: %s at %.0f req/s, %s, slice %d/%d\n", node, rate, what, i+1, o.slices)
 				var prof <-chan error
-				if o.profile != "" && node == "sidecar" && i == 0 && rate == o.rates[0] {
+				if o.profile != "" && node == "sidecar" && i == 0 && rate == o.rates[0] && size == o.bytes[0] {
 					prof = profileSidecar(ctx, s.Nodes[node].SidecarHTTP, o.slice, o.profile)
 				}
 				before, cerr := cpuTimes(s, node)
 				if cerr != nil {
-					return cerr
+					return nil, cerr
 				}
 				l, e, err := slice(ctx, client, s.Nodes[node].URL, prompts, rate, o.slice)
 				after, cerr := cpuTimes(s, node)
 				if cerr != nil {
-					return cerr
+					return nil, cerr
 				}
 				for k, v := range after {
 					cpu[node][k] += v - before[k]
 				}
 				if prof != nil {
 					if perr := <-prof; perr != nil {
-						return perr
+						return nil, perr
 					}
 					fmt.Fprintf(os.Stderr, "benchoverhead: sidecar CPU profile in %s (go tool pprof %s)\n", o.profile, o.profile)
 				}
 				if err != nil {
-					return err
+					return nil, err
 				}
 				lat[node] = append(lat[node], l...)
 				errs[node] += e
 			}
 		}
-		r := RateResult{Rate: rate, Requests: len(lat["sidecar"]), BaselineError: errs["baseline"], SidecarError: errs["sidecar"]}
+		r := RateResult{PromptBytes: size, Rate: rate, Requests: len(lat["sidecar"]), BaselineError: errs["baseline"], SidecarError: errs["sidecar"]}
 		r.BaselineP50, r.BaselineP99 = pct(lat["baseline"], 0.5), pct(lat["baseline"], 0.99)
 		r.SidecarP50, r.SidecarP99 = pct(lat["sidecar"], 0.5), pct(lat["sidecar"], 0.99)
 		r.AddedP50, r.AddedP99 = round3(r.SidecarP50-r.BaselineP50), round3(r.SidecarP99-r.BaselineP99)
@@ -233,18 +261,13 @@ func run(ctx context.Context, o options) error {
 		r.SidecarCPU = perRequest(cpu["sidecar"], len(lat["sidecar"])+errs["sidecar"])
 		r.NullCPU = perRequest(cpu["noop"], len(lat["noop"])+errs["noop"])
 		results = append(results, r)
-		fmt.Printf("rate %4.0f req/s: baseline p50 %.3f ms p99 %.3f ms | sidecar p50 %.3f ms p99 %.3f ms | added p50 %.3f ms p99 %.3f ms (errors %d/%d)\n",
-			rate, r.BaselineP50, r.BaselineP99, r.SidecarP50, r.SidecarP99, r.AddedP50, r.AddedP99, r.BaselineError, r.SidecarError)
+		fmt.Printf("%s, rate %4.0f req/s: baseline p50 %.3f ms p99 %.3f ms | sidecar p50 %.3f ms p99 %.3f ms | added p50 %.3f ms p99 %.3f ms (errors %d/%d)\n",
+			what, rate, r.BaselineP50, r.BaselineP99, r.SidecarP50, r.SidecarP99, r.AddedP50, r.AddedP99, r.BaselineError, r.SidecarError)
 		fmt.Printf("           null ext_proc p50 %.3f ms p99 %.3f ms: ext_proc alone adds p50 %.3f ms, the sidecar %.3f ms more (errors %d)\n",
 			r.NullP50, r.NullP99, r.ExtProcAddedP50, r.MeridianOverNull, r.NullError)
 		fmt.Printf("           CPU µs per request: baseline %s | null ext_proc %s | sidecar %s\n", fmtCPU(r.BaselineCPU), fmtCPU(r.NullCPU), fmtCPU(r.SidecarCPU))
 	}
-	out, err := json.Marshal(map[string]any{"results": results})
-	if err != nil {
-		return err
-	}
-	fmt.Println(string(out))
-	return nil
+	return results, nil
 }
 
 // slice sends requests at rate for d and returns the end-to-end latencies of the 200s and

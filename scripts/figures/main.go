@@ -462,6 +462,7 @@ func benchCmd(args []string) error {
 // --- overhead ---------------------------------------------------------------------------
 
 type overheadResult struct {
+	PromptBytes int                `json:"prompt_bytes"`
 	Rate        float64            `json:"rate_rps"`
 	Requests    int                `json:"requests_per_config"`
 	BaselineP50 float64            `json:"baseline_p50_ms"`
@@ -506,20 +507,41 @@ func renderOverhead(r io.Reader) (string, error) {
 	if len(doc.Results) == 0 {
 		return "", errors.New("overhead: the JSON line holds no result")
 	}
+	// A run over more than one prompt size says which each row is.
+	prompt := func(overheadResult) string { return "" }
+	head, rule := "", ""
+	if slices.ContainsFunc(doc.Results, func(x overheadResult) bool { return x.PromptBytes > 0 }) {
+		prompt = func(x overheadResult) string {
+			if x.PromptBytes == 0 {
+				return "default | "
+			}
+			return fmt.Sprintf("%s B | ", formatThousands(x.PromptBytes))
+		}
+		head, rule = "prompt | ", "---|"
+	}
 	var b strings.Builder
 	b.WriteString("Latency in ms at the client. Added: meridian's over the plain Envoy's. ext_proc alone: the null processor's p50 over the plain Envoy's; decisions: meridian's p50 over the null processor's.\n\n")
-	b.WriteString("| rate req/s | requests per config | plain Envoy p50 / p99 | null ext_proc p50 / p99 | meridian p50 / p99 | **added p50 / p99** | ext_proc alone / decisions, p50 | errors plain / null / meridian |\n")
-	b.WriteString("|---:|---:|---|---|---|---|---|---|\n")
+	b.WriteString("| " + head + "rate req/s | requests per config | plain Envoy p50 / p99 | null ext_proc p50 / p99 | meridian p50 / p99 | **added p50 / p99** | ext_proc alone / decisions, p50 | errors plain / null / meridian |\n")
+	b.WriteString("|" + rule + "---:|---:|---|---|---|---|---|---|\n")
 	for _, x := range doc.Results {
-		fmt.Fprintf(&b, "| %.0f | %d | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | **%+.3f / %+.3f** | %.3f / %.3f | %d / %d / %d |\n",
-			x.Rate, x.Requests, x.BaselineP50, x.BaselineP99, x.NullP50, x.NullP99, x.SidecarP50, x.SidecarP99,
+		fmt.Fprintf(&b, "| %s%.0f | %d | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | **%+.3f / %+.3f** | %.3f / %.3f | %d / %d / %d |\n",
+			prompt(x), x.Rate, x.Requests, x.BaselineP50, x.BaselineP99, x.NullP50, x.NullP99, x.SidecarP50, x.SidecarP99,
 			x.AddedP50, x.AddedP99, x.ExtProcP50, x.OverNull, x.BaseErr, x.NullErr, x.SideErr)
 	}
-	b.WriteString("\nCPU µs per request, by process:\n\n| rate req/s | plain Envoy | null ext_proc | meridian |\n|---:|---|---|---|\n")
+	b.WriteString("\nCPU µs per request, by process:\n\n| " + head + "rate req/s | plain Envoy | null ext_proc | meridian |\n|" + rule + "---:|---|---|---|\n")
 	for _, x := range doc.Results {
-		fmt.Fprintf(&b, "| %.0f | %s | %s | %s |\n", x.Rate, formatCPU(x.BaselineCPU), formatCPU(x.NullCPU), formatCPU(x.SidecarCPU))
+		fmt.Fprintf(&b, "| %s%.0f | %s | %s | %s |\n", prompt(x), x.Rate, formatCPU(x.BaselineCPU), formatCPU(x.NullCPU), formatCPU(x.SidecarCPU))
 	}
 	return b.String(), nil
+}
+
+// formatThousands writes n with a comma between groups of three digits.
+func formatThousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func formatCPU(m map[string]float64) string {

@@ -82,6 +82,20 @@ func TestOverheadTable(t *testing.T) {
 	}
 }
 
+// A run over two prompt sizes says which each row is.
+func TestOverheadTableByPromptSize(t *testing.T) {
+	in := `{"results":[{"prompt_bytes":0,"rate_rps":50,"requests_per_config":750},{"prompt_bytes":220000,"rate_rps":50,"requests_per_config":750,"added_p50_ms":3.053}]}` + "\n"
+	got, err := renderOverhead(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| prompt | rate req/s |", "| default | 50 | 750 |", "| 220,000 B | 50 | 750 |", "**+3.053 / +0.000**", "| 220,000 B | 50 | – |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
 func TestSplice(t *testing.T) {
 	figs := map[string]string{"a": "new A\n", "b": "B\n"}
 	figure := func(name string) (string, error) { return figs[name], nil }
