@@ -42,6 +42,11 @@ func TestDashboardShowsPublishedWeights(t *testing.T) {
 	}
 	want := publishedWeights(t, base)
 	waitPage(t, tab, want)
+	// region-a's fleet entry names its sidecar's decisions: every engine links there.
+	href, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('tr[data-engine="b-1"] td.decisions a[data-node="region-a"]').href`))
+	if err != nil || href != "http://127.0.0.1:19081/debug/decisions?engine=b-1" {
+		t.Fatalf("b-1's decisions link: %q (%v)", href, err)
+	}
 
 	writeFleet(t, fleetPath, map[string]map[string]int{
 		"region-a": {"a-0": 100, "a-1": 100, "b-0": 800, "b-1": 5},
@@ -99,7 +104,7 @@ func waitPage(t *testing.T, tab context.Context, want map[string]map[string]uint
 func TestDashboardToleratesFields(t *testing.T) {
 	tab := browser(t, 40*time.Second)
 	full := `{"version":"v7","updated_at":"2026-01-02T03:04:05Z","models":["m"],"default_model":"m",
-	  "nodes":{"region-a":{"region":"a","models":{"m":{"weights":{"a-0":700,"b-0":300},"demand_rps":42.5,"shed_fraction":0.125,
+	  "nodes":{"region-a":{"region":"a","decisions_url":"http://127.0.0.1:19081/debug/decisions","models":{"m":{"weights":{"a-0":700,"b-0":300},"demand_rps":42.5,"shed_fraction":0.125,
 	    "retry_budget":{"max_retries":1,"utilization":0.8}}}}},
 	  "engines":[{"name":"a-0","region":"a","capacity_rps":20,"load_rps":18,"ttft_p50_ms":35.5,"penalty":0.25,"suspect":true},
 	             {"name":"b-0","region":"b","capacity_rps":20,"load_rps":8,"ttft_p50_ms":80,"penalty":1,"draining":true}],
@@ -120,6 +125,7 @@ func TestDashboardToleratesFields(t *testing.T) {
 			`tr[data-engine="a-0"] td:nth-child(5)`:    "90%",
 			`#solver`:                                  "3.3 ms",
 			`td.cell[data-engine="a-0"] .share`:        "70%",
+			`tr[data-engine="b-0"] td.decisions`:       "region-a",
 		}},
 		{name: "required fields only", state: minimal, want: map[string]string{
 			`tr[data-node="region-a"] td:nth-child(3)`: "–",
@@ -128,6 +134,7 @@ func TestDashboardToleratesFields(t *testing.T) {
 			`tr[data-engine="a-0"] td:last-child`:    "ok",
 			`#solver`:                                "not reported",
 			`td.cell[data-engine="a-0"] .share`:      "100%",
+			`tr[data-engine="a-0"] td.decisions`:     "–",
 		}},
 	}
 	for _, tc := range tests {
@@ -173,7 +180,7 @@ func serveState(t *testing.T, state string) string {
 func writeFleet(t *testing.T, path string, weights map[string]map[string]int) {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("models: [{name: m}]\nclusters:\n  - {name: region-a, region: a}\n  - {name: region-b, region: b}\nengines:\n")
+	b.WriteString("models: [{name: m}]\nclusters:\n  - {name: region-a, region: a, decisions_url: \"http://127.0.0.1:19081/debug/decisions\"}\n  - {name: region-b, region: b}\nengines:\n")
 	for i, name := range []string{"a-0", "a-1", "b-0", "b-1"} {
 		fmt.Fprintf(&b, "  - {name: %s, address: \"127.0.0.1:%d\", region: %c, models: [m], capacity_rps: 20}\n", name, 9100+i, name[0])
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"net/url"
 	"os"
 	"regexp"
 	"sort"
@@ -49,6 +50,10 @@ type Model struct {
 type Cluster struct {
 	Name   string `yaml:"name"`
 	Region string `yaml:"region"`
+	// DecisionsURL is the cluster's sidecar /debug/decisions as an operator's browser
+	// reaches it (optional; http or https). The dashboard links each engine to the recent
+	// decisions there that picked it. With several sidecar replicas it is one replica's.
+	DecisionsURL string `yaml:"decisions_url,omitempty"`
 }
 
 // Engine is one inference engine (a vLLM server or compatible).
@@ -171,6 +176,12 @@ func (f *Fleet) Validate() []error {
 		clusters[c.Name] = true
 		if c.Region == "" {
 			bad(p+".region", "is required")
+		}
+		if c.DecisionsURL != "" {
+			u, err := url.Parse(c.DecisionsURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+				bad(p+".decisions_url", "%q is not an http(s) URL without a query (for example http://127.0.0.1:19081/debug/decisions)", c.DecisionsURL)
+			}
 		}
 	}
 	if len(f.Engines) == 0 && f.Discovery == nil {

@@ -40,6 +40,9 @@ func TestParseGood(t *testing.T) {
 	if !ok || !b0.Serves("llama") || b0.Serves("qwen") {
 		t.Errorf("Engine(b-0) = %+v, %v", b0, ok)
 	}
+	if g, err := Parse("fleet.yaml", []byte(strings.Replace(good, "{name: region-b, region: b}", "{name: region-b, region: b, decisions_url: \"http://127.0.0.1:19081/debug/decisions\"}", 1))); err != nil || g.Clusters[1].DecisionsURL != "http://127.0.0.1:19081/debug/decisions" {
+		t.Errorf("decisions_url: %v, %+v", err, g)
+	}
 	if got := f.RTTSeconds("region-a", b0); got != 0.040 {
 		t.Errorf("RTTSeconds = %v, want 0.040", got)
 	}
@@ -73,6 +76,12 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 		{"weights overflow", func(s string) string {
 			return strings.Replace(s, "{a-0: 100, a-1: 50, b-0: 0}", "{a-0: 4294967295, a-1: 2}", 1)
 		}, "weights.region-a: weights sum to 4294967297"},
+		{"decisions url not http", func(s string) string {
+			return strings.Replace(s, "{name: region-b, region: b}", "{name: region-b, region: b, decisions_url: \"file:///etc/passwd\"}", 1)
+		}, "clusters[1].decisions_url"},
+		{"decisions url with a query", func(s string) string {
+			return strings.Replace(s, "{name: region-b, region: b}", "{name: region-b, region: b, decisions_url: \"http://127.0.0.1:19081/debug/decisions?engine=x\"}", 1)
+		}, "clusters[1].decisions_url"},
 		{"wrong type", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: lots", 1) }, "cannot unmarshal"},
 	}
 	for _, tc := range cases {

@@ -26,6 +26,9 @@ type NodeState struct {
 	// Utilization is the planned load over capacity of the engines this node uses.
 	Utilization float64      `json:"utilization"`
 	RetryBudget *RetryBudget `json:"retry_budget,omitempty"`
+	// DecisionsURL is the fleet file's clusters[].decisions_url (the sidecar's
+	// /debug/decisions), when set.
+	DecisionsURL string `json:"decisions_url,omitempty"`
 }
 
 // RetryBudget is the retry policy sent to the node's sidecars, and what it allows now.
@@ -116,7 +119,7 @@ func (s *Server) state() State {
 		st.Solver.Error = solveErr.Error()
 	}
 	for _, c := range f.Clusters {
-		ns := NodeState{Region: c.Region, Models: map[string]NodeModelState{}}
+		ns := NodeState{Region: c.Region, Models: map[string]NodeModelState{}, DecisionsURL: c.DecisionsURL}
 		for _, m := range st.Models {
 			w := map[string]uint32{}
 			if plan != nil {

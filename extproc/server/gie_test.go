@@ -243,6 +243,13 @@ func TestDecisionsExplainWhereAndWhy(t *testing.T) {
 	if byEngine := get("?engine=" + primary); len(byEngine) != 1 {
 		t.Fatalf("decisions listing %s: %+v", primary, byEngine)
 	}
+	// By name, as the dashboard links an engine to its decisions.
+	if byName := get("?engine=" + steered[0].Engine); len(byName) != 1 || byName[0].RequestID != "req-1" {
+		t.Fatalf("decisions for engine %s: %+v", steered[0].Engine, byName)
+	}
+	if other := get("?engine=no-such-engine"); len(other) != 0 {
+		t.Fatalf("decisions for an unknown engine: %+v", other)
+	}
 	shed := get("?result=shed_quota&limit=5")
 	if len(shed) != 5 || shed[0].Status != 503 || shed[0].Priority != 0 {
 		t.Fatalf("shed decisions %+v", shed)

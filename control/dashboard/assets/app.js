@@ -191,7 +191,7 @@ function renderNodes(st, m) {
 }
 
 function renderEngines(st) {
-  const heads = ['engine', 'region', 'capacity (req/s)', 'load (req/s)', 'utilization', 'TTFT p50 (ms)', 'penalty', 'state'];
+  const heads = ['engine', 'region', 'capacity (req/s)', 'load (req/s)', 'utilization', 'TTFT p50 (ms)', 'penalty', 'recent decisions', 'state'];
   const rows = [el('tr', {}, ...heads.map((h) => el('th', {}, h)))];
   for (const e of st.engines || []) {
     const cap = num(e.capacity_rps), load = num(e.load_rps), pen = num(e.penalty);
@@ -208,9 +208,31 @@ function renderEngines(st) {
       el('td', { class: 'num' }, cap && load !== null ? (100 * load / cap).toFixed(0) + '%' : '–'),
       el('td', { class: 'num' }, fmt(e.ttft_p50_ms, 1)),
       el('td', { class: 'num', 'data-penalty': pen === null ? '' : String(pen) }, fmt(pen, 2)),
+      decisionLinks(st, e.name),
       state));
   }
   $('engines').replaceChildren(...rows);
+}
+
+// decisionLinks links an engine to the recent decisions that picked it, on the sidecar of
+// every cluster whose fleet entry names its /debug/decisions (nodes[*].decisions_url).
+function decisionLinks(st, engine) {
+  const td = el('td', { class: 'decisions' });
+  for (const node of Object.keys(st.nodes || {}).sort()) {
+    let u;
+    try {
+      u = new URL(st.nodes[node].decisions_url);
+    } catch (err) {
+      continue; // none, or not a URL
+    }
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') continue;
+    u.searchParams.set('engine', engine);
+    if (td.childNodes.length) td.append(' ');
+    td.append(el('a', { href: u.href, target: '_blank', rel: 'noopener', 'data-node': node,
+      title: `the last decisions ${node}'s sidecar made for ${engine}` }, node));
+  }
+  if (!td.childNodes.length) td.append('–');
+  return td;
 }
 
 function colorOf(st, name) {
