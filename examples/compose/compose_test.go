@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
 
 	"github.com/meridian-router/meridian/bootstrap"
 	"github.com/meridian-router/meridian/control/fleet"
@@ -27,44 +29,37 @@ var update = flag.Bool("update", false, "rewrite the Envoy bootstraps from boots
 // demoFleet is the fleet file `make demo` loads (examples/demo/main.go's default).
 const demoFleet = "../demo/fleet.yaml"
 
-type composeFile struct {
-	Networks map[string]struct {
-		IPAM struct {
-			Config []struct {
-				Subnet string `yaml:"subnet"`
-			} `yaml:"config"`
-		} `yaml:"ipam"`
-	} `yaml:"networks"`
-	Services map[string]service `yaml:"services"`
-}
-
-type service struct {
-	Image string `yaml:"image"`
-	Build *struct {
-		Context    string `yaml:"context"`
-		Dockerfile string `yaml:"dockerfile"`
-		Target     string `yaml:"target"`
-	} `yaml:"build"`
-	Command     []string  `yaml:"command"`
-	Volumes     []string  `yaml:"volumes"`
-	Networks    yaml.Node `yaml:"networks"`
-	NetworkMode string    `yaml:"network_mode"`
-	Profiles    []string  `yaml:"profiles"`
+// readCompose loads docker-compose.yml with the Compose specification's own loader (the
+// library `docker compose` uses): the file is validated against the compose schema, the
+// x-meridian-build anchor merged, relative paths resolved against this directory, and every
+// profile's services enabled.
+func readCompose(t *testing.T) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{"docker-compose.yml"}, cli.WithWorkingDirectory("."),
+		cli.WithName("meridian"), cli.WithProfiles([]string{"*"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	if len(p.DisabledServices) != 0 {
+		t.Fatalf("services left out of the project: %v", p.DisabledServices)
+	}
+	return p
 }
 
 // ipv4 is the fixed address the service has on the meridian network, if any.
-func (s service) ipv4() string {
-	var nets map[string]struct {
-		IPv4 string `yaml:"ipv4_address"`
+func ipv4(s types.ServiceConfig) string {
+	if n := s.Networks["meridian"]; n != nil {
+		return n.Ipv4Address
 	}
-	if s.Networks.Kind != yaml.MappingNode || s.Networks.Decode(&nets) != nil {
-		return ""
-	}
-	return nets["meridian"].IPv4
+	return ""
 }
 
 // arg returns the value after flag in the command.
-func (s service) arg(flag string) string {
+func arg(s types.ServiceConfig, flag string) string {
 	i := slices.Index(s.Command, flag)
 	if i < 0 || i+1 >= len(s.Command) {
 		return ""
@@ -72,28 +67,25 @@ func (s service) arg(flag string) string {
 	return s.Command[i+1]
 }
 
-// mount returns the host side of the volume mounted at target.
-func (s service) mount(target string) string {
+// mount returns the host side (an absolute path, as the loader resolves it) of the volume
+// mounted at target.
+func mount(s types.ServiceConfig, target string) string {
 	for _, v := range s.Volumes {
-		parts := strings.Split(v, ":")
-		if len(parts) >= 2 && parts[1] == target {
-			return parts[0]
+		if v.Target == target {
+			return v.Source
 		}
 	}
 	return ""
 }
 
-func readCompose(t *testing.T) composeFile {
+// abs is path relative to this directory, absolute.
+func abs(t *testing.T, path string) string {
 	t.Helper()
-	data, err := os.ReadFile("docker-compose.yml")
+	a, err := filepath.Abs(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c composeFile
-	if err := yaml.Unmarshal(data, &c); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
-	}
-	return c
+	return a
 }
 
 // TestComposeUsesTheDemoFleet checks the control server mounts the local demo's fleet file,
@@ -108,12 +100,12 @@ func TestComposeUsesTheDemoFleet(t *testing.T) {
 	if !ok {
 		t.Fatal("no control service")
 	}
-	target := ctl.arg("--fleet")
-	if target == "" || filepath.Clean(ctl.mount(target)) != filepath.Clean(demoFleet) {
-		t.Errorf("control: --fleet %q is mounted from %q, want %s (the file `make demo` loads)", target, ctl.mount(target), demoFleet)
+	target := arg(ctl, "--fleet")
+	if target == "" || mount(ctl, target) != abs(t, demoFleet) {
+		t.Errorf("control: --fleet %q is mounted from %q, want %s (the file `make demo` loads)", target, mount(ctl, target), abs(t, demoFleet))
 	}
-	subnet := netip.MustParsePrefix(c.Networks["meridian"].IPAM.Config[0].Subnet)
-	if ip := ctl.ipv4(); !subnet.Contains(netip.MustParseAddr(ip)) {
+	subnet := netip.MustParsePrefix(c.Networks["meridian"].Ipam.Config[0].Subnet)
+	if ip := ipv4(ctl); !subnet.Contains(netip.MustParseAddr(ip)) {
 		t.Errorf("control address %q is outside %s", ip, subnet)
 	}
 	for _, e := range f.Engines {
@@ -123,9 +115,9 @@ func TestComposeUsesTheDemoFleet(t *testing.T) {
 			continue
 		}
 		addr := netip.MustParseAddrPort(e.Address)
-		listen, err := netip.ParseAddrPort(svc.arg("--listen"))
-		if svc.ipv4() != addr.Addr().String() || err != nil || listen.Port() != addr.Port() || svc.arg("--name") != e.Name {
-			t.Errorf("engine-%s: ip %s, --listen %q, --name %q; the fleet file says %s and %s", e.Name, svc.ipv4(), svc.arg("--listen"), svc.arg("--name"), e.Address, e.Name)
+		listen, err := netip.ParseAddrPort(arg(svc, "--listen"))
+		if ipv4(svc) != addr.Addr().String() || err != nil || listen.Port() != addr.Port() || arg(svc, "--name") != e.Name {
+			t.Errorf("engine-%s: ip %s, --listen %q, --name %q; the fleet file says %s and %s", e.Name, ipv4(svc), arg(svc, "--listen"), arg(svc, "--name"), e.Address, e.Name)
 		}
 		if svc.Build == nil || svc.Build.Target != "mockvllm" {
 			t.Errorf("engine-%s is not built from the Dockerfile's mockvllm stage", e.Name)
@@ -142,7 +134,7 @@ func TestComposeBootstrapsAreRendered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	xds := c.Services["control"].ipv4() + ":" + portOf(c.Services["control"].arg("--xds-listen"))
+	xds := ipv4(c.Services["control"]) + ":" + portOf(arg(c.Services["control"], "--xds-listen"))
 	for _, cl := range f.Clusters {
 		envoy, ok := c.Services["envoy-"+cl.Name]
 		if !ok {
@@ -152,7 +144,10 @@ func TestComposeBootstrapsAreRendered(t *testing.T) {
 		if !regexp.MustCompile(`^envoyproxy/envoy:v1\.40\.\d+$`).MatchString(envoy.Image) {
 			t.Errorf("envoy-%s image %q: want the official envoyproxy/envoy:v1.40.x", cl.Name, envoy.Image)
 		}
-		path := envoy.mount(envoy.arg("-c"))
+		path := mount(envoy, arg(envoy, "-c"))
+		if path != abs(t, "envoy-"+cl.Name+".yaml") {
+			t.Errorf("envoy-%s mounts %q as its bootstrap, want envoy-%s.yaml here", cl.Name, path, cl.Name)
+		}
 		want := render(t, cl.Name, xds)
 		if *update {
 			if err := os.WriteFile(path, want, 0o644); err != nil {
@@ -170,10 +165,10 @@ func TestComposeBootstrapsAreRendered(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("cluster %s has no sidecar-%s service", cl.Name, cl.Name)
-		case sc.arg("--node-id") != cl.Name || sc.NetworkMode != "service:envoy-"+cl.Name || sc.arg("--control") != xds:
-			t.Errorf("sidecar-%s: --node-id %q, network_mode %q, --control %q", cl.Name, sc.arg("--node-id"), sc.NetworkMode, sc.arg("--control"))
-		case sc.arg("--listen") != bootstrap.DefaultParams().Sidecar:
-			t.Errorf("sidecar-%s listens on %q; the bootstrap calls %s", cl.Name, sc.arg("--listen"), bootstrap.DefaultParams().Sidecar)
+		case arg(sc, "--node-id") != cl.Name || sc.NetworkMode != "service:envoy-"+cl.Name || arg(sc, "--control") != xds:
+			t.Errorf("sidecar-%s: --node-id %q, network_mode %q, --control %q", cl.Name, arg(sc, "--node-id"), sc.NetworkMode, arg(sc, "--control"))
+		case arg(sc, "--listen") != bootstrap.DefaultParams().Sidecar:
+			t.Errorf("sidecar-%s listens on %q; the bootstrap calls %s", cl.Name, arg(sc, "--listen"), bootstrap.DefaultParams().Sidecar)
 		}
 	}
 }
@@ -197,20 +192,48 @@ func portOf(hostport string) string {
 	return port
 }
 
-// TestComposeBuildsFromTheDockerfile checks every built service names a stage of the
-// multi-stage Dockerfile and the build stage is the Go toolchain.
-func TestComposeBuildsFromTheDockerfile(t *testing.T) {
-	data, err := os.ReadFile("Dockerfile")
+// dockerfileStages parses the Dockerfile with BuildKit's parser (what `docker build` runs)
+// and returns each named stage's base image.
+func dockerfileStages(t *testing.T) map[string]string {
+	t.Helper()
+	f, err := os.Open("Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stages := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^FROM\s+(\S+)\s+AS\s+(\S+)`).FindAllStringSubmatch(string(data), -1) {
-		stages[m[2]] = m[1]
+	defer f.Close()
+	res, err := parser.Parse(f)
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
 	}
+	for _, w := range res.Warnings {
+		t.Errorf("Dockerfile line %d: %s", w.Location.Start.Line, w.Short)
+	}
+	stages := map[string]string{}
+	for _, n := range res.AST.Children {
+		if !strings.EqualFold(n.Value, "from") {
+			continue
+		}
+		var args []string
+		for a := n.Next; a != nil; a = a.Next {
+			args = append(args, a.Value)
+		}
+		if len(args) != 3 || !strings.EqualFold(args[1], "as") {
+			t.Errorf("Dockerfile line %d: FROM %v, want FROM image AS name", n.StartLine, args)
+			continue
+		}
+		stages[args[2]] = args[0]
+	}
+	return stages
+}
+
+// TestComposeBuildsFromTheDockerfile checks every built service names a stage of the
+// multi-stage Dockerfile and the build stage is the Go toolchain.
+func TestComposeBuildsFromTheDockerfile(t *testing.T) {
+	stages := dockerfileStages(t)
 	if !strings.HasPrefix(stages["build"], "golang:1.26") {
 		t.Errorf("build stage is %q, want golang:1.26 (go.mod's Go)", stages["build"])
 	}
+	root := abs(t, "../..")
 	for name, s := range readCompose(t).Services {
 		if s.Build == nil {
 			continue
@@ -218,8 +241,8 @@ func TestComposeBuildsFromTheDockerfile(t *testing.T) {
 		if _, ok := stages[s.Build.Target]; !ok || s.Build.Target == "build" {
 			t.Errorf("%s builds target %q, not a final stage of the Dockerfile (%v)", name, s.Build.Target, stages)
 		}
-		if s.Build.Dockerfile != "examples/compose/Dockerfile" || filepath.Clean(s.Build.Context) != filepath.Clean("../..") {
-			t.Errorf("%s builds %s in %s, want examples/compose/Dockerfile in the repository root", name, s.Build.Dockerfile, s.Build.Context)
+		if s.Build.Context != root || s.Build.Dockerfile != "examples/compose/Dockerfile" {
+			t.Errorf("%s builds %s in %s, want examples/compose/Dockerfile in the repository root %s", name, s.Build.Dockerfile, s.Build.Context, root)
 		}
 	}
 }
