@@ -2,7 +2,9 @@ package request
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +38,25 @@ func TestPlain8MatchesBytewise(t *testing.T) {
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], r.Uint64())
 		check(b[:])
+	}
+}
+
+// BenchmarkParseLongPrompt parses a 220 KB chat body whose model comes last, as
+// scripts/bench-overhead.sh --prompt-bytes 220000 sends it (encoding/json's key order).
+func BenchmarkParseLongPrompt(b *testing.B) {
+	doc := strings.Repeat("Document 1, paragraph 2: the quick brown fox jumps over the lazy dog. ", 3200)[:219992]
+	body, err := json.Marshal(map[string]any{"model": "bench", "max_tokens": 1,
+		"messages": []map[string]string{{"role": "user", "content": doc}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt := DefaultOptions()
+	b.SetBytes(int64(len(body)))
+	var r Request
+	for b.Loop() {
+		r = Request{Blocks: r.Blocks[:0]}
+		if err := Parse(ChatCompletions, body, true, opt, &r); err != nil || r.Model != "bench" {
+			b.Fatal(err, r.Model)
+		}
 	}
 }
