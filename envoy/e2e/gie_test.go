@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -215,19 +214,7 @@ func TestE2EGIESheddableShedIs429(t *testing.T) {
 		<-done
 	}()
 	before := len(readAccessLog(t, node.AccessLog))
-	var shed *openai.Error
-	probes := 0
-	for ; probes < 50 && shed == nil; probes++ {
-		probe, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-		err := chat2(probe, c, model)
-		stop()
-		if errors.As(err, &shed) && shed.StatusCode != 429 {
-			t.Fatalf("probe %d: %v, want 429 (a sheddable request)", probes, err)
-		}
-	}
-	if shed == nil {
-		t.Fatal("no 429 while the only engine was at its cap")
-	}
+	shed := probeUntilShed(ctx, t, c, model, 429)
 	if !strings.Contains(shed.Message, "overloaded") || shed.Type != "overloaded_error" || shed.Response.Header.Get("Retry-After") == "" {
 		t.Fatalf("shed answer: type %q message %q Retry-After %q", shed.Type, shed.Message, shed.Response.Header.Get("Retry-After"))
 	}

@@ -294,23 +294,31 @@ func TestE2EOpenAISDK(t *testing.T) {
 			<-done
 			_ = s.SetFaults(context.Background(), "h0", stack.NoFaults())
 		}()
-		var shed *openai.Error
-		for i := 0; i < 50 && shed == nil; i++ {
-			probe, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-			err := chat2(probe, c, smallModel)
-			stop()
-			if errors.As(err, &shed) && shed.StatusCode != 503 {
-				t.Fatalf("probe %d: %v, want 503", i, err)
-			}
-		}
-		if shed == nil {
-			t.Fatal("no 503 while the only engine was at its cap")
-		}
+		shed := probeUntilShed(ctx, t, c, smallModel, 503)
 		wantStatus("shed", shed, 503, "overloaded")
 		if shed.Response.Header.Get("Retry-After") == "" {
 			t.Fatal("a shed answer without Retry-After")
 		}
 	})
+}
+
+// probeUntilShed sends one-token probes (at most 50, each bounded to 300 ms) until one is
+// shed, and fails unless it is shed with status want.
+func probeUntilShed(ctx context.Context, t *testing.T, c openai.Client, m string, want int) *openai.Error {
+	t.Helper()
+	var shed *openai.Error
+	for i := 0; i < 50 && shed == nil; i++ {
+		probe, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+		err := chat2(probe, c, m)
+		stop()
+		if errors.As(err, &shed) && shed.StatusCode != want {
+			t.Fatalf("probe %d: %v, want %d", i, err, want)
+		}
+	}
+	if shed == nil {
+		t.Fatalf("no %d while the only engine was at its cap", want)
+	}
+	return shed
 }
 
 func chat2(ctx context.Context, c openai.Client, m string) error {

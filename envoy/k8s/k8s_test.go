@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/meridian-router/meridian/control/fleet"
@@ -106,6 +107,22 @@ func sortedKeys(m map[string]uint32) []string {
 	return out
 }
 
+// readyPod creates the pod llama-0 (label app=llama, the pool's selector) on 127.0.0.1 and
+// marks it running and ready, as a kubelet would.
+func readyPod(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string) {
+	t.Helper()
+	pod, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llama-0", Namespace: ns, Labels: map[string]string{"app": "llama"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if _, err := client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func pool(ns string, ports []int) *unstructured.Unstructured {
 	var tp []any
 	for _, p := range ports {
@@ -161,16 +178,7 @@ func TestK8sEnvoyDiscovery(t *testing.T) {
 	if _, err := pools.Create(ctx, pool(ns, ports(3)), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llama-0", Namespace: ns, Labels: map[string]string{"app": "llama"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if _, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	readyPod(ctx, t, env.Client, ns)
 
 	// The fleet file keeps models, clusters and RTTs; its engines now come from the cluster.
 	if err := s.EditFleet(func(f *fleet.Fleet) {

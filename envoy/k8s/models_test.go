@@ -58,16 +58,7 @@ func TestK8sModelsFromEngine(t *testing.T) {
 	if _, err := pools.Create(ctx, pool(ns, []int{port(addr("e0")), port(addr("sim")), port(addr("e2"))}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "llama-0", Namespace: ns, Labels: map[string]string{"app": "llama"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if _, err := env.Client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	readyPod(ctx, t, env.Client, ns)
 	// No models in the source, none on the objects: they come from the engines.
 	if err := s.EditFleet(func(f *fleet.Fleet) {
 		f.Engines = nil
