@@ -280,8 +280,11 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.Verdict, d.RetryAfter = NoEngine, c.cfg.Shed.RetryAfter
 		return d
 	}
-	work := int64(req.BodyBytes/BytesPerToken) + c.cfg.DecodeWork
-	res := m.table.Pick(req.Key, work, buf[:0])
+	// Another engine than the key's first must redo the prompt's prefill (it lacks the
+	// cached prefix): the least-work choice charges it the prompt's tokens.
+	prompt := int64(req.BodyBytes / BytesPerToken)
+	work := prompt + c.cfg.DecodeWork
+	res := m.table.Pick(req.Key, work, prompt, buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {

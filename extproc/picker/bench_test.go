@@ -15,7 +15,7 @@ func loadedTable(b *testing.B, n int) *Table {
 	tb := mustTable(b, DefaultConfig(), fleet(n, skewed), NewLoads())
 	var dst []int
 	for _, k := range keys(2*n, 17) {
-		r := tb.Pick(k, 1, dst)
+		r := tb.Pick(k, 1, 1, dst)
 		dst = r.Order
 		tb.Start(r.Order[0], 1)
 	}
@@ -41,7 +41,7 @@ func benchRequests(b *testing.B, request func(tb *Table, key uint64, dst []int) 
 
 // BenchmarkPick is the per-request hot path: one Pick of a fresh key.
 func BenchmarkPick(b *testing.B) {
-	benchRequests(b, func(tb *Table, key uint64, dst []int) []int { return tb.Pick(key, 1, dst).Order })
+	benchRequests(b, func(tb *Table, key uint64, dst []int) []int { return tb.Pick(key, 1, 1, dst).Order })
 }
 
 // BenchmarkPickStartDone adds the in-flight accounting and the header formatting a
@@ -49,7 +49,7 @@ func BenchmarkPick(b *testing.B) {
 func BenchmarkPickStartDone(b *testing.B) {
 	buf := make([]byte, 0, 128)
 	benchRequests(b, func(tb *Table, key uint64, dst []int) []int {
-		dst = tb.Pick(key, 1, dst).Order
+		dst = tb.Pick(key, 1, 1, dst).Order
 		tk := tb.Start(dst[0], 1)
 		buf = tb.AppendAddrs(buf[:0], dst)
 		tk.Done()
@@ -65,12 +65,12 @@ func BenchmarkPickHotKey(b *testing.B) {
 			tb := loadedTable(b, n)
 			const key = 0xabcdef
 			for range 4 * n { // pile the hot key's requests on, as a shared system prompt would
-				tb.Start(tb.Pick(key, 1, nil).Order[0], 1)
+				tb.Start(tb.Pick(key, 1, 1, nil).Order[0], 1)
 			}
 			dst := make([]int, 0, tb.cfg.Fallbacks+1)
 			b.ReportAllocs()
 			for b.Loop() {
-				dst = tb.Pick(key, 1, dst).Order
+				dst = tb.Pick(key, 1, 1, dst).Order
 			}
 		})
 	}

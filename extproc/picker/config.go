@@ -48,14 +48,16 @@ type Config struct {
 	// while its in-flight count is below (1+ε) × its weighted share of all in-flight
 	// requests (counting the new one).
 	Epsilon float64
-	// SpillFloor is the in-flight count below which an endpoint never spills for load.
-	// With few requests in flight the shares round to nothing and bounded loads scatter
-	// a prefix's concurrent requests, giving up their KV-cache reuse; a floor keeps them
-	// together, and keeps a conversation's next turn on its engine while the previous
-	// turn's outcome is still on its way (the access log arrives after the client has its
-	// answer). 0 disables the floor. docs/results/README.md has the capacity measured with
-	// floors 0 to 4: lower floors gain capacity on the Mooncake trace per region and lose
-	// KV-cache hits, and with 2 the real-Envoy suites saw conversations split.
+	// SpillFloor is the outstanding work (in Pick's unit) below which an endpoint keeps
+	// its keys: neither bounded loads nor the least-work choice move a key off it. With
+	// little in flight the shares round to nothing and bounded loads scatter a prefix's
+	// concurrent requests, giving up their KV-cache reuse; a floor keeps them together,
+	// and keeps a conversation's next turn on its engine while the previous turn's outcome
+	// is still on its way (the access log arrives after the client has its answer). The
+	// sidecar sets it to picker.spill_floor short requests' work (spill_floor ×
+	// decode_work_tokens), so a few short requests stay together and one long prompt is
+	// already past it. 0 disables the floor. docs/results/README.md has the capacity
+	// measured with other floors.
 	SpillFloor int64
 	// MaxInFlight is the default hard per-endpoint cap; 0 means no cap. An endpoint at
 	// its cap is never returned, and when every examined endpoint is at its cap Pick
@@ -73,7 +75,7 @@ func DefaultConfig() Config {
 		Candidates:  4,
 		Fallbacks:   2,
 		Epsilon:     0.25,
-		SpillFloor:  4,
+		SpillFloor:  4 * 1024, // the sidecar's spill_floor 4 × decode_work_tokens 1024
 		MaxInFlight: 0,
 		MaxExamined: 16,
 	}

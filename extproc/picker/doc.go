@@ -22,13 +22,25 @@
 //
 // Bounded loads (Mirrokni, Thorup and Zadimoghaddam 2018, "Consistent Hashing with
 // Bounded Loads"): an endpoint whose outstanding work is not below (1+ε) × its weighted
-// share of all outstanding work (counting the new request's), and whose in-flight count
-// is not below Config.SpillFloor, is passed over for the next endpoint in the key's
-// order, so a hot key spills instead of melting one engine. The paper counts requests;
-// Pick weighs each by the work its caller states (the decision core: prompt tokens plus
-// a decode allowance), because LLM requests differ in cost by two orders of magnitude
-// and a count lets one engine hold several 100k-token prompts while its peers idle.
-// With work 1 per request it is the paper's rule.
+// share of all outstanding work (counting the new request's), and not below
+// Config.SpillFloor, is passed over for the next endpoint in the key's order, so a hot key
+// spills instead of melting one engine. The paper counts requests; Pick weighs each by the
+// work its caller states (the decision core: prompt tokens plus a decode allowance),
+// because LLM requests differ in cost by two orders of magnitude and a count lets one
+// engine hold several 100k-token prompts while its peers idle. With work 1 per request it
+// is the paper's rule.
+//
+// Least-work choice (the power of d choices: Mitzenmacher 2001, "The Power of Two
+// Choices in Randomized Load Balancing"; with a cache-affinity charge): among the
+// endpoints Pick returns within their bound (the key's first Fallbacks+1), the primary is
+// the one that would hold the least work per unit of share after taking the request,
+// every endpoint but the key's first charged the move cost the caller states (the
+// decision core: the prompt's tokens, the prefill an engine without the cached prefix
+// must redo). An endpoint below SpillFloor keeps the key. The bound alone reacts only
+// once an engine holds (1+ε) × its share, which a sidecar seeing a quarter of a region's
+// traffic rarely observes; the choice moves a long prompt off an engine already busy with
+// more than a prompt's worth of work, to the engine every sidecar ranks next for that key.
+// docs/results/README.md has what it bought on the simulator.
 //
 // # Invariants
 //

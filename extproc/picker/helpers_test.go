@@ -56,7 +56,7 @@ func primaryShares(tb *Table, ks []uint64) map[string]float64 {
 	out := make(map[string]float64)
 	dst := make([]int, 0, tb.cfg.Fallbacks+1)
 	for _, k := range ks {
-		r := tb.Pick(k, 1, dst)
+		r := tb.Pick(k, 1, 1, dst)
 		out[tb.Endpoint(r.Order[0]).Address]++
 	}
 	for a := range out {
@@ -70,7 +70,7 @@ func primaries(tb *Table, ks []uint64) []string {
 	out := make([]string, len(ks))
 	dst := make([]int, 0, tb.cfg.Fallbacks+1)
 	for i, k := range ks {
-		out[i] = tb.Endpoint(tb.Pick(k, 1, dst).Order[0]).Address
+		out[i] = tb.Endpoint(tb.Pick(k, 1, 1, dst).Order[0]).Address
 	}
 	return out
 }

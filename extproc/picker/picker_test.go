@@ -34,7 +34,7 @@ func TestTwoSidecarsAgree(t *testing.T) {
 				if i%3 == 0 {
 					k = ks[0]
 				}
-				ra, rb := a.Pick(k, 1, da[:0]), b.Pick(k, 1, db[:0])
+				ra, rb := a.Pick(k, 1, 1, da[:0]), b.Pick(k, 1, 1, db[:0])
 				da, db = ra.Order, rb.Order
 				sa, sb = a.AppendAddrs(sa[:0], da), b.AppendAddrs(sb[:0], db)
 				if string(sa) != string(sb) || ra.Spilled != rb.Spilled {
@@ -105,7 +105,7 @@ func TestZeroWeightsExcluded(t *testing.T) {
 	}
 	var dst []int
 	for _, k := range keys(50000, 4) {
-		r := tb.Pick(k, 1, dst)
+		r := tb.Pick(k, 1, 1, dst)
 		dst = r.Order
 		for _, i := range r.Order {
 			if zero[tb.Endpoint(i).Address] {
@@ -117,7 +117,7 @@ func TestZeroWeightsExcluded(t *testing.T) {
 
 func TestEmptyTablePicksNothing(t *testing.T) {
 	tb := mustTable(t, testConfig(), fleet(3, func(int) float64 { return 0 }), NewLoads())
-	r := tb.Pick(42, 1, make([]int, 0, 3))
+	r := tb.Pick(42, 1, 1, make([]int, 0, 3))
 	if len(r.Order) != 0 || r.AtLimit || r.Spilled {
 		t.Fatalf("Pick on an empty table = %+v, want an empty order and no flags", r)
 	}
@@ -134,7 +134,7 @@ func TestOrderIsDistinctAndSized(t *testing.T) {
 		cfg.Fallbacks = tc.fallbacks
 		tb := mustTable(t, cfg, fleet(tc.n, skewed), NewLoads())
 		for _, k := range keys(5000, 5) {
-			o := tb.Pick(k, 1, nil).Order
+			o := tb.Pick(k, 1, 1, nil).Order
 			if len(o) != tc.want {
 				t.Fatalf("n=%d fallbacks=%d: len(order) = %d, want %d", tc.n, tc.fallbacks, len(o), tc.want)
 			}
@@ -157,10 +157,10 @@ func TestHotKeySpillsAtBound(t *testing.T) {
 		cfg.SpillFloor = 0 // the pure Mirrokni bound; TestSpillFloorKeepsAffinity covers the floor
 		tb := mustTable(t, cfg, fleet(8, skewed), NewLoads())
 		const key = 0xfeedface
-		unloaded := tb.Pick(key, 1, nil).Order
+		unloaded := tb.Pick(key, 1, 1, nil).Order
 		spills := 0
 		for step := range 400 {
-			r := tb.Pick(key, 1, nil)
+			r := tb.Pick(key, 1, 1, nil)
 			if r.Spilled {
 				spills++
 			}
@@ -200,15 +200,15 @@ func TestSpillFloorKeepsAffinity(t *testing.T) {
 	cfg.SpillFloor = 4
 	tb := mustTable(t, cfg, fleet(8, equal), NewLoads())
 	const key = 0xabcdef
-	primary := tb.Pick(key, 1, nil).Order[0]
+	primary := tb.Pick(key, 1, 1, nil).Order[0]
 	for i := 0; i < 4; i++ {
-		r := tb.Pick(key, 1, nil)
+		r := tb.Pick(key, 1, 1, nil)
 		if r.Spilled || r.Order[0] != primary {
 			t.Fatalf("request %d with %d in flight spilled to %d: the floor is 4", i, i, r.Order[0])
 		}
 		tb.Start(r.Order[0], 1)
 	}
-	if r := tb.Pick(key, 1, nil); !r.Spilled {
+	if r := tb.Pick(key, 1, 1, nil); !r.Spilled {
 		t.Fatalf("5th concurrent request for one key stayed on its primary: the share bound (1.25/8 of 5) must apply past the floor")
 	}
 }
@@ -221,7 +221,7 @@ func TestHardCapReportsAtLimit(t *testing.T) {
 	tb := mustTable(t, cfg, eps, NewLoads())
 	var tickets []Ticket
 	for range 5 { // capacity 2+2+1
-		r := tb.Pick(99, 1, nil)
+		r := tb.Pick(99, 1, 1, nil)
 		if r.AtLimit || len(r.Order) == 0 {
 			t.Fatalf("after %d starts: Pick = %+v, want a free endpoint", len(tickets), r)
 		}
@@ -230,12 +230,12 @@ func TestHardCapReportsAtLimit(t *testing.T) {
 	if u, ok := tb.Utilization(); !ok || u != 1 {
 		t.Errorf("Utilization() = %v, %v; want 1, true", u, ok)
 	}
-	r := tb.Pick(99, 1, nil)
+	r := tb.Pick(99, 1, 1, nil)
 	if !r.AtLimit || len(r.Order) != 0 {
 		t.Fatalf("every endpoint at its cap: Pick = %+v, want AtLimit and an empty order", r)
 	}
 	tickets[0].Done()
-	r = tb.Pick(99, 1, nil)
+	r = tb.Pick(99, 1, 1, nil)
 	if r.AtLimit || len(r.Order) != 1 {
 		t.Fatalf("after one Done: Pick = %+v, want exactly the freed endpoint", r)
 	}
@@ -282,7 +282,7 @@ func TestPickAndFormatDoNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 256)
 	j := 0
 	allocs := testing.AllocsPerRun(1000, func() {
-		r := tb.Pick(ks[j%len(ks)], 1, dst)
+		r := tb.Pick(ks[j%len(ks)], 1, 1, dst)
 		tk := tb.Start(r.Order[0], 1)
 		buf = tb.AppendAddrs(buf[:0], r.Order)
 		tk.Done()
@@ -375,7 +375,7 @@ func TestConcurrentPicksBalanceCounters(t *testing.T) {
 			var open []Ticket
 			for i, k := range keys(5000, uint64(g)) {
 				tb := cur.Load()
-				r := tb.Pick(k, 1, dst)
+				r := tb.Pick(k, 1, 1, dst)
 				open = append(open, tb.Start(r.Order[0], 1))
 				if i%3 == 0 { // keep some in flight across swaps
 					for _, tk := range open {
@@ -423,7 +423,7 @@ func TestBoundedLoadsWeighWork(t *testing.T) {
 	} {
 		loads := NewLoads()
 		tb := mustTable(t, cfg, fleet(4, equal), loads)
-		primary := tb.Pick(key, 1, nil).Order[0]
+		primary := tb.Pick(key, 1, 1, nil).Order[0]
 		var open []Ticket
 		for _, w := range tc.inFlight {
 			open = append(open, tb.Start(primary, w))
@@ -433,7 +433,8 @@ func TestBoundedLoadsWeighWork(t *testing.T) {
 		if got := tb.Work(primary); got != tc.inFlight[0] {
 			t.Fatalf("%s: Work(primary) = %d, want %d", tc.name, got, tc.inFlight[0])
 		}
-		r := tb.Pick(key, 1_000, nil)
+		// A move this costly keeps the least-work choice out of it: only the bound acts.
+		r := tb.Pick(key, 1_000, 1_000_000, nil)
 		if r.Spilled != tc.spill {
 			t.Errorf("%s: spilled = %v, want %v (primary work %d of %d in flight, bound 1.25/4)",
 				tc.name, r.Spilled, tc.spill, tb.Work(primary), loads.TotalWork())
@@ -443,6 +444,68 @@ func TestBoundedLoadsWeighWork(t *testing.T) {
 		}
 		if loads.Total() != 0 || loads.TotalWork() != 0 {
 			t.Fatalf("%s: after every Done: %d requests and %d work in flight, want 0", tc.name, loads.Total(), loads.TotalWork())
+		}
+	}
+}
+
+// The least-work choice: past the floor, a key's primary is the returned endpoint that
+// would hold the least work after taking the request, the others charged the move (the
+// prefix they must recompute). A long prompt on the key's first endpoint sends the next
+// long prompt to the key's second; a short one stays while moving costs more than the
+// difference; under the floor nothing moves; and two sidecars with the same loads agree.
+func TestLeastWorkChoice(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon = 10 // bounded loads out of the way: only the choice acts
+	cfg.SpillFloor = 4_000
+	const key = 0xc0ffee
+	for _, tc := range []struct {
+		name       string
+		onPrimary  int64 // work already on the key's first endpoint
+		work, move int64
+		want       int // index into the key's unloaded order
+	}{
+		{"a longer prompt in flight, another arrives", 45_000, 41_000, 40_000, 1},
+		{"moving costs more than the difference", 40_000, 1_100, 50_000, 0},
+		{"under the floor", 3_999, 41_000, 40_000, 0},
+		{"a tie keeps the key's first", 40_000, 1_000, 40_000, 0},
+	} {
+		loads := NewLoads()
+		a := mustTable(t, cfg, fleet(4, equal), loads)
+		b := mustTable(t, cfg, fleet(4, equal), NewLoads()) // another sidecar
+		order := a.Pick(key, tc.work, tc.move, nil).Order
+		tk := a.Start(order[0], tc.onPrimary)
+		b.Start(order[0], tc.onPrimary)
+		r := a.Pick(key, tc.work, tc.move, nil)
+		if r.Order[0] != order[tc.want] {
+			t.Errorf("%s: primary %d, want the key's choice %d (%d); order %v", tc.name, r.Order[0], tc.want, order[tc.want], r.Order)
+		}
+		if r.Spilled != (tc.want != 0) {
+			t.Errorf("%s: Spilled = %v, want %v", tc.name, r.Spilled, tc.want != 0)
+		}
+		if rb := b.Pick(key, tc.work, tc.move, nil); !slices.Equal(rb.Order, r.Order) {
+			t.Errorf("%s: another sidecar with the same loads picks %v, this one %v", tc.name, rb.Order, r.Order)
+		}
+		if tc.want != 0 && !slices.Equal(r.Order[1:], append([]int{order[0]}, order[2:len(r.Order)]...)) {
+			t.Errorf("%s: fallbacks %v, want the key's first then its order: %v", tc.name, r.Order[1:], order)
+		}
+		tk.Done()
+	}
+}
+
+// The choice weighs work against each endpoint's share: an endpoint with twice the weight
+// takes twice the work before it looks as loaded.
+func TestLeastWorkChoiceFollowsShares(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon, cfg.SpillFloor = 10, 1
+	eps := fleet(2, func(i int) float64 { return float64(1 + i) }) // shares 1/3 and 2/3
+	tb := mustTable(t, cfg, eps, NewLoads())
+	heavy, light := 1, 0
+	// 3,000 on the heavy one is 1,500 per unit of share; 1,000 on the light one is 1,000.
+	tb.Start(heavy, 3_000)
+	tb.Start(light, 1_000)
+	for _, k := range keys(200, 3) {
+		if r := tb.Pick(k, 100, 0, nil); r.Order[0] != light {
+			t.Fatalf("key %#x: primary %d, want the light endpoint %d (less work per share)", k, r.Order[0], light)
 		}
 	}
 }

@@ -108,20 +108,30 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 }
 
 // Pick returns the key's preference list for a request of the given work, honouring
-// bounded loads and hard caps. It appends to dst[:0] and allocates nothing when
+// bounded loads and hard caps, and choosing its primary by the least relative work among
+// the endpoints within their bound. It appends to dst[:0] and allocates nothing when
 // cap(dst) ≥ Fallbacks+1. It only reads the in-flight counters: call Start, with the
 // same work, on the endpoint the request is sent to.
 //
 // Bounded loads compare outstanding work, not request counts: an endpoint is within its
 // bound while the work it has in flight is below (1+ε) × its share of all work in flight
-// counting the new request's. Work is in whatever unit the caller chooses (the decision
-// core uses estimated engine tokens); work 1 for every request counts requests, as
-// Mirrokni et al. do. Work below 1 counts as 1. The hard cap and SpillFloor count
-// requests.
+// counting the new request's, or below Config.SpillFloor. Work is in whatever unit the
+// caller chooses (the decision core uses estimated engine tokens); work 1 for every
+// request counts requests, as Mirrokni et al. do. Work below 1 counts as 1. The hard cap
+// counts requests.
+//
+// The least-work choice: once the key's first endpoint within its bound holds at least
+// Config.SpillFloor, the primary is whichever returned endpoint within its bound would
+// hold the least work relative to its share after taking the request, where every
+// endpoint but that first one is charged move on top of work (the work it must redo
+// because it lacks the key's cached prefix: the decision core passes the prompt's
+// tokens). Ties keep the first. The others keep the key's order behind it. The
+// alternatives are the key's next endpoints, the same for every sidecar, so a hot key
+// spills to the same few engines everywhere.
 //
 // Concurrent picks read counters without coordination, so simultaneous requests may
 // overshoot a bound or cap by at most the number of concurrent pickers.
-func (t *Table) Pick(key uint64, work int64, dst []int) Result {
+func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 	dst = dst[:0]
 	if len(t.eps) == 0 {
 		return Result{Order: dst}
@@ -129,7 +139,8 @@ func (t *Table) Pick(key uint64, work int64, dst []int) Result {
 	var seen, over [MaxExamined]uint16
 	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
-	total := float64(t.total.w.Load() + max(work, 1))
+	work, move = max(work, 1), max(move, 0)
+	total := float64(t.total.w.Load() + work)
 	b := uint32(mix(key) >> t.shift)
 	for probe := 0; probe < t.maxProbe && nseen < t.maxExam && len(dst) < t.want; probe++ {
 		base := int((b+uint32(probe))&t.mask) * t.k
@@ -142,11 +153,11 @@ func (t *Table) Pick(key uint64, work int64, dst []int) Result {
 			}
 			seen[nseen] = c
 			nseen++
-			in := t.ctr[c].n.Load()
+			w := t.ctr[c].w.Load()
 			switch {
-			case in >= t.limit[c]:
+			case t.ctr[c].n.Load() >= t.limit[c]:
 				// At the hard cap: never returned.
-			case in < t.cfg.SpillFloor || float64(t.ctr[c].w.Load()) < t.bound[c]*total:
+			case w < t.cfg.SpillFloor || float64(w) < t.bound[c]*total:
 				// With work 1 per request: in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total.
 				dst = append(dst, int(c))
 			default:
@@ -158,6 +169,7 @@ func (t *Table) Pick(key uint64, work int64, dst []int) Result {
 			}
 		}
 	}
+	within := len(dst)
 	for _, c := range over[:nover] {
 		if len(dst) == t.want {
 			break
@@ -167,7 +179,32 @@ func (t *Table) Pick(key uint64, work int64, dst []int) Result {
 	if len(dst) == 0 {
 		return Result{Order: dst, Spilled: true, AtLimit: true}
 	}
+	if within > 1 {
+		t.leastWork(dst[:within], work, move)
+	}
 	return Result{Order: dst, Spilled: dst[0] != int(seen[0])}
+}
+
+// leastWork moves to the front of order (endpoints within their bound, in the key's
+// order) the one that would hold the least work relative to its share after taking the
+// request, charging move to all but the first; see Pick.
+func (t *Table) leastWork(order []int, work, move int64) {
+	w0 := t.ctr[order[0]].w.Load()
+	if w0 < t.cfg.SpillFloor {
+		return
+	}
+	best, cost := 0, float64(w0+work)/t.bound[order[0]]
+	for j := 1; j < len(order); j++ {
+		c := order[j]
+		if v := float64(t.ctr[c].w.Load()+work+move) / t.bound[c]; v < cost {
+			best, cost = j, v
+		}
+	}
+	if best > 0 {
+		c := order[best]
+		copy(order[1:best+1], order[:best])
+		order[0] = c
+	}
 }
 
 // Start records a request of the given work (as given to Pick) sent to endpoint i and

@@ -188,7 +188,8 @@ type FilePicker struct {
 	MaxInFlight        int64   `yaml:"max_in_flight"`
 	// DecodeWorkTokens: bounded loads weigh a request by its body's tokens plus this.
 	DecodeWorkTokens int64 `yaml:"decode_work_tokens"`
-	// SpillFloor: an engine with fewer requests than this in flight never spills its keys.
+	// SpillFloor: an engine holding less work than this many short requests'
+	// (spill_floor × decode_work_tokens) keeps its keys.
 	SpillFloor int64 `yaml:"spill_floor"`
 }
 
@@ -213,6 +214,17 @@ type FileShed struct {
 	SheddableBelow int           `yaml:"sheddable_below"`
 }
 
+// DefaultSpillFloor is the shipped picker.spill_floor: an engine keeps its keys while it
+// holds less than four short requests' work (picker.DefaultConfig's floor with the default
+// decode_work_tokens).
+const DefaultSpillFloor = 4
+
+// Upper bounds of picker fields whose product is a work figure, far above any useful value.
+const (
+	maxDecodeWorkTokens = 1 << 24
+	maxSpillFloor       = 1 << 20
+)
+
 // DefaultFile is the sidecar's shipped configuration, as its file would state it.
 func DefaultFile() File {
 	req, pk, rt, sh := request.DefaultOptions(), picker.DefaultConfig(), guard.DefaultRetryConfig(), guard.DefaultShedConfig()
@@ -221,7 +233,7 @@ func DefaultFile() File {
 			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
 		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
-			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: pk.SpillFloor},
+			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
 		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
 		// restarted engine is back in use within about 15 s, and a still-broken one is pushed
@@ -287,11 +299,11 @@ func (f File) Validate() error {
 	if p.MaxInFlight < 0 {
 		bad("picker.max_in_flight", "is %d: want >= 0 (0: no cap)", p.MaxInFlight)
 	}
-	if p.DecodeWorkTokens < 0 {
-		bad("picker.decode_work_tokens", "is %d: want >= 0", p.DecodeWorkTokens)
+	if p.DecodeWorkTokens < 0 || p.DecodeWorkTokens > maxDecodeWorkTokens {
+		bad("picker.decode_work_tokens", "is %d: want 0..%d", p.DecodeWorkTokens, maxDecodeWorkTokens)
 	}
-	if p.SpillFloor < 0 {
-		bad("picker.spill_floor", "is %d: want >= 0 (0: none)", p.SpillFloor)
+	if p.SpillFloor < 0 || p.SpillFloor > maxSpillFloor {
+		bad("picker.spill_floor", "is %d: want 0..%d (0: none)", p.SpillFloor, maxSpillFloor)
 	}
 	if f.Outliers.PenaltyRecoverHalfLife <= 0 {
 		bad("outliers.penalty_recover_half_life", "is %s: want > 0", f.Outliers.PenaltyRecoverHalfLife)
@@ -340,7 +352,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	req.BlockBytes, req.MaxBlocks = f.Request.BlockBytes, f.Request.MaxBlocks
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
-	pk.SpillFloor = f.Picker.SpillFloor
+	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)
 	pk.MaxExamined = max(pk.MaxExamined, pk.Fallbacks+1)
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife

@@ -27,7 +27,8 @@ type Explained struct {
 	Engine      string `json:"engine,omitempty"`
 	Destination string `json:"destination,omitempty"`
 	// PassedOver is set when the key's first engine was passed over because of load: over
-	// its bounded-load share or at its in-flight cap (outlier penalties act on the weights
+	// its bounded-load share, holding more work than the next engine plus the prompt (the
+	// least-work choice), or at its in-flight cap (outlier penalties act on the weights
 	// themselves, so a penalized engine is ranked lower, not passed over).
 	PassedOver bool `json:"passed_over_for_load"`
 	// Subset is set when a GIE gateway's subset hint restricted the pick.
