@@ -24,6 +24,15 @@ type Config struct {
 	// MinShareChange is the smallest change of any engine's share of a (node, model) flow
 	// that is worth publishing.
 	MinShareChange float64
+	// MaxShareStep is the most any engine's share of a (node, model) flow moves in one
+	// period while every engine that had a share is still eligible and not suspect: a
+	// larger move of the LP's solution is published as the fraction of it that moves no
+	// share further than this, and the rest follows in later periods. An LP solution sits
+	// on a vertex and jumps between near-equal engines when demand is noisy; the limit
+	// turns those jumps into steps the engines' caches and the sidecars' bounded loads can
+	// follow. An engine that turns ineligible or suspect is dropped at once, unlimited.
+	// 1 disables the limit.
+	MaxShareStep float64
 	// ProbeDemand stands in for a (node, model) demand of zero, in req/s, so that every
 	// node still gets the split it would get for its first requests.
 	ProbeDemand float64
@@ -47,6 +56,7 @@ func DefaultConfig() Config {
 		DefaultCurve:   solver.Curve{Base: 0.2, Queue: 0.2},
 		WeightTotal:    1000,
 		MinShareChange: 0.02,
+		MaxShareStep:   0.1,
 		ProbeDemand:    0.01,
 		RetryBudget:    policy.DefaultRetryCurve(),
 		SolveTimeout:   5 * time.Second,
@@ -69,6 +79,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("weight total %d must be >= 10", c.WeightTotal)
 	case !(c.MinShareChange >= 0 && c.MinShareChange < 1):
 		return fmt.Errorf("min share change %v must be in [0, 1)", c.MinShareChange)
+	case !(c.MaxShareStep > 0 && c.MaxShareStep <= 1):
+		return fmt.Errorf("max share step %v must be in (0, 1] (1: no limit)", c.MaxShareStep)
 	case !(c.ProbeDemand > 0):
 		return fmt.Errorf("probe demand %v must be > 0", c.ProbeDemand)
 	case c.SolveTimeout <= 0:
@@ -150,6 +162,9 @@ func (o *Optimizer) Step(ctx context.Context, f *fleet.Fleet, in Inputs) (*Resul
 	}
 	o.prev = sol
 	next := o.quantize(f, p, sol, in)
+	if o.weights != nil && o.cfg.MaxShareStep < 1 {
+		o.limitSteps(f, in, next)
+	}
 	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange)
 	if changed {
 		o.weights = next
@@ -233,6 +248,46 @@ func (o *Optimizer) quantize(f *fleet.Fleet, p *solver.Problem, sol *solver.Solu
 		}
 	}
 	return out
+}
+
+// limitSteps replaces each (node, model) split in next that moves some share by more than
+// Config.MaxShareStep from the one in force by the point on the way to it that moves no
+// share further, unless an engine with a share in force is no longer eligible or is
+// suspect (then the solution applies at once).
+func (o *Optimizer) limitSteps(f *fleet.Fleet, in Inputs, next map[string]map[string]map[string]uint32) {
+	for node, models := range next {
+		for model, nw := range models {
+			pw, ok := o.weights[node][model]
+			if !ok || len(pw) != len(nw) {
+				continue
+			}
+			ps, ns := sum(pw), sum(nw)
+			if ps == 0 || ns == 0 {
+				continue
+			}
+			step, safe := 0.0, true
+			for e, v := range pw {
+				nv, ok := nw[e]
+				if !ok || (v > 0 && (!eligible(f, e, model) || in.Engines[e].Suspect)) {
+					safe = false
+					break
+				}
+				step = max(step, math.Abs(share(nv, ns)-share(v, ps)))
+			}
+			if !safe || step <= o.cfg.MaxShareStep {
+				continue
+			}
+			a := o.cfg.MaxShareStep / step
+			limited := make(map[string]uint32, len(nw))
+			for e, v := range pw {
+				sp := share(v, ps)
+				limited[e] = uint32(math.Round((sp + a*(share(nw[e], ns)-sp)) * float64(o.cfg.WeightTotal)))
+			}
+			if sum(limited) > 0 {
+				models[model] = limited
+			}
+		}
+	}
 }
 
 func eligible(f *fleet.Fleet, engine, model string) bool {

@@ -2,6 +2,7 @@ package optimizer
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/meridian-router/meridian/control/fleet"
@@ -46,7 +47,9 @@ func demand(a, b float64) Inputs {
 
 func TestLocalUntilOverloadedThenSpillsToFarRegion(t *testing.T) {
 	f := mustFleet(t, twoRegions)
-	o, err := New(DefaultConfig())
+	cfg := DefaultConfig()
+	cfg.MaxShareStep = 1 // the LP's own split; TestShareStepsAreLimited covers the limit
+	o, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,5 +201,69 @@ func TestNoDemandSpreadsOverTheNearestEngines(t *testing.T) {
 	want := room["a-0"] / (room["a-0"] + room["a-1"])
 	if got := shareOf(w, "a-0"); got < want-0.02 || got > want+0.02 {
 		t.Fatalf("region-a's share on a-0 %.3f, want its share of the room left %.3f (room %v)", got, want, room)
+	}
+}
+
+// A large move of the LP's split is published in steps of at most MaxShareStep per period
+// and reaches the LP's split; an engine that turns suspect loses its share at once.
+func TestShareStepsAreLimited(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	ctx := context.Background()
+	free := DefaultConfig()
+	free.MaxShareStep = 1
+	ref, _ := New(free)
+	o, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := DefaultConfig().MaxShareStep
+	if _, err := ref.Step(ctx, f, demand(4, 4)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := o.Step(ctx, f, demand(4, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ref.Step(ctx, f, demand(26, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := shareOf(r.Weights["region-a"]["m"], "b-0", "b-1")
+	if want < 2*limit {
+		t.Fatalf("the LP moves %.2f of region-a's flow: too little to need steps", want)
+	}
+	prevW := first.Weights["region-a"]["m"]
+	prev, steps := 0.0, 0
+	for ; steps < 10; steps++ {
+		res, err := o.Step(ctx, f, demand(26, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := res.Weights["region-a"]["m"]
+		for _, e := range []string{"a-0", "a-1", "b-0", "b-1"} {
+			if d := math.Abs(shareOf(w, e) - shareOf(prevW, e)); d > limit+0.002 {
+				t.Fatalf("step %d: %s's share moved %.3f, want at most %.2f", steps, e, d, limit)
+			}
+		}
+		far := shareOf(w, "b-0", "b-1")
+		if far < prev-1e-9 {
+			t.Fatalf("step %d: region-a's far share fell %.3f -> %.3f on the way to %.3f", steps, prev, far, want)
+		}
+		prev, prevW = far, w
+		if far > want-0.002 {
+			break
+		}
+	}
+	if steps < 2 || steps >= 10 {
+		t.Fatalf("reached the LP's far share %.3f after %d more steps, want a few steps of at most %.2f", want, steps, limit)
+	}
+	in := demand(26, 4)
+	in.Engines = map[string]EngineInput{"a-0": {Suspect: true}}
+	res, err := o.Step(ctx, f, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.Weights["region-a"]["m"]["a-0"]; w != 0 {
+		t.Fatalf("a suspect engine kept weight %d: the step limit must not hold it", w)
 	}
 }
