@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meridian-router/meridian/extproc/picker"
 )
 
 // Every field of the sidecar's file is checked, and its error names the YAML path the
@@ -22,6 +24,8 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		{"picker: {max_in_flight: -3}", "picker.max_in_flight is -3"},
 		{"picker: {decode_work_tokens: -1}", "picker.decode_work_tokens is -1"},
 		{"picker: {spill_floor: -2}", "picker.spill_floor is -2"},
+		{"picker: {spill_floor: 2000000}", "picker.spill_floor is 2000000"},
+		{"picker: {decode_work_tokens: 100000000}", "picker.decode_work_tokens is 100000000"},
 		{"outliers: {penalty_recover_half_life: 0s}", "outliers.penalty_recover_half_life is 0s"},
 		{"retry: {max_retries_idle: 11}", "retry.max_retries_idle is 11"},
 		{"retry: {zero_at: 1.5}", "retry.zero_at 1.5"},
@@ -76,5 +80,15 @@ report_interval: 3s
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// The shipped file's spill_floor (in short requests) gives the picker the floor its own
+// default states (in work), so code that starts from picker.DefaultConfig and the sidecar
+// agree.
+func TestDefaultSpillFloorIsThePickersDefault(t *testing.T) {
+	got := DefaultConfig(slog.New(slog.DiscardHandler)).Picker.SpillFloor
+	if want := picker.DefaultConfig().SpillFloor; got != want {
+		t.Fatalf("the sidecar's default floor is %d work, the picker's %d", got, want)
 	}
 }
