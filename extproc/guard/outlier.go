@@ -89,6 +89,14 @@ type OutlierConfig struct {
 	// Quantum rounds published factors to multiples of it (0 publishes them exactly),
 	// so the picker's table is rebuilt only when a factor moves by a step.
 	Quantum float64
+	// PublishInterval is the least time between two changes of the published factors
+	// (0 publishes every change at the evaluation that makes it). Each change costs the
+	// sidecar a rebuild of its routing tables, tens of milliseconds of CPU at the
+	// default size, and while a factor falls or climbs back its rounded value moves at
+	// almost every evaluation. A change that comes after a quiet interval is published
+	// at once, so a newly failing engine is cut at the next evaluation; later changes
+	// wait out the interval and are then published together, at their current values.
+	PublishInterval time.Duration
 }
 
 // DefaultOutlierConfig returns the sidecar's defaults.
@@ -106,6 +114,7 @@ func DefaultOutlierConfig() OutlierConfig {
 		RecoverHalfLife:    20 * time.Second,
 		MinFactor:          0.05,
 		Quantum:            0.05,
+		PublishInterval:    time.Second,
 	}
 }
 
@@ -122,6 +131,9 @@ func (c OutlierConfig) Validate() error {
 		if d.v <= 0 {
 			bad(d.name, d.v, "> 0")
 		}
+	}
+	if c.PublishInterval < 0 {
+		bad("publishInterval", c.PublishInterval, ">= 0 (0 publishes every change at once)")
 	}
 	if !(c.MinRequests >= 1) || math.IsInf(c.MinRequests, 0) {
 		bad("minRequests", c.MinRequests, "a finite value >= 1")
@@ -168,8 +180,8 @@ type EngineStatus struct {
 
 // Penalties is an immutable snapshot of every tracked engine's factor.
 type Penalties struct {
-	// Version increases whenever any published factor changes: rebuild the picker's
-	// table when it does.
+	// Version increases whenever any published factor changes, at most once per
+	// OutlierConfig.PublishInterval: rebuild the picker's table when it does.
 	Version uint64
 	// At is when the snapshot was taken.
 	At      time.Time
@@ -202,7 +214,7 @@ type engineState struct {
 	stats     engineStats
 	decayedAt time.Time
 	factor    float64 // continuous
-	published float64 // quantized, what snapshots show
+	published float64 // quantized as of the last publication, what snapshots show
 	reason    Reason
 }
 
@@ -213,10 +225,11 @@ type Outliers struct {
 	cfg   OutlierConfig
 	clock Clock
 
-	mu      sync.Mutex
-	engines map[string]*engineState
-	last    time.Time
-	version uint64
+	mu          sync.Mutex
+	engines     map[string]*engineState
+	last        time.Time
+	version     uint64
+	publishedAt time.Time // when the factors last changed; zero before the first change
 
 	snap atomic.Pointer[Penalties]
 }
@@ -265,7 +278,10 @@ func (o *Outliers) decayTo(e *engineState, now time.Time) {
 func (o *Outliers) Penalties() *Penalties { return o.snap.Load() }
 
 // Evaluate judges every engine against its peers, moves the factors for the time
-// elapsed since the previous call, and publishes and returns a new snapshot.
+// elapsed since the previous call, and publishes and returns a new snapshot. The
+// snapshot's statistics are always current; its factors change (and its Version with
+// them) only when a rounded factor moved and PublishInterval has passed since the last
+// change.
 func (o *Outliers) Evaluate() *Penalties {
 	now := o.clock.Now()
 	o.mu.Lock()
@@ -276,19 +292,21 @@ func (o *Outliers) Evaluate() *Penalties {
 		o.decayTo(e, now)
 	}
 	o.judge()
-	changed := false
+	moved := false
 	for name, e := range o.engines {
 		o.step(e, dt)
-		if e.reason == 0 && e.factor == 1 && e.stats.requests < 0.01 {
-			delete(o.engines, name) // gone quiet and healthy: forget it
+		if e.reason == 0 && e.factor == 1 && e.published == 1 && e.stats.requests < 0.01 {
+			delete(o.engines, name) // gone quiet and healthy, and published so: forget it
 			continue
 		}
-		q := o.quantize(e.factor)
-		changed = changed || q != e.published
-		e.published = q
+		moved = moved || o.quantize(e.factor) != e.published
 	}
-	if changed {
+	if since := now.Sub(o.publishedAt); moved && (since >= o.cfg.PublishInterval || since < 0) {
+		for _, e := range o.engines {
+			e.published = o.quantize(e.factor)
+		}
 		o.version++
+		o.publishedAt = now
 	}
 	p := o.snapshot(now)
 	o.snap.Store(p)

@@ -264,6 +264,7 @@ func TestOutlierConfigValidate(t *testing.T) {
 		{"minTTFTRatio", func(c *OutlierConfig) { c.MinTTFTRatio = 1 }},
 		{"minFactor", func(c *OutlierConfig) { c.MinFactor = 0 }},
 		{"quantum", func(c *OutlierConfig) { c.Quantum = 0.6 }},
+		{"publishInterval", func(c *OutlierConfig) { c.PublishInterval = -time.Second }},
 	} {
 		c := DefaultOutlierConfig()
 		tc.edit(&c)
@@ -347,4 +348,157 @@ func TestPenalizedEngineStaysDownWhileSlowAndRecoversWhenHealed(t *testing.T) {
 		t.Fatal("the healed engine did not recover within 120 s")
 	}
 	t.Logf("floor at %d s, max factor while slow %.2f, recovered %d s after healing", floorAt, maxAfterFloor, recovered)
+}
+
+// evaluations feeds two trackers the same outcomes (a failing engine among healthy ones,
+// 50 outcomes per engine per second, not following the factors) and evaluates both every
+// 250 ms, as the sidecar does, for the given seconds. each sees the evaluation number and
+// both snapshots.
+func evaluations(t *testing.T, limited, unlimited OutlierConfig, seconds int, each func(n int, l, u *Penalties)) {
+	t.Helper()
+	clk := newFakeClock()
+	lo, err := NewOutliers(limited, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uo, err := NewOutliers(unlimited, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	fleet := healthyFleet(5)
+	for n := range seconds * 4 {
+		switch n {
+		case 20 * 4: // from 20 s on, engine 0 fails half its requests
+			fleet[0].errRate = 0.5
+		case 35 * 4: // healed after 15 s
+			fleet[0].errRate = healthyFleet(1)[0].errRate
+		}
+		for range 10 {
+			clk.Advance(25 * time.Millisecond)
+			for _, e := range fleet {
+				for range 5 {
+					o := e.outcome(r)
+					lo.Observe(o)
+					uo.Observe(o)
+				}
+			}
+		}
+		each(n, lo.Evaluate(), uo.Evaluate())
+	}
+}
+
+// A falling or recovering factor moves a quantum at almost every evaluation; each move
+// would rebuild the sidecar's routing tables (tens of milliseconds of CPU each). Published
+// factors change at most once per PublishInterval, the first change after a quiet interval
+// at once, and every change is published at the factors' current values.
+func TestPublishedFactorsChangeAtMostOncePerInterval(t *testing.T) {
+	limited := DefaultOutlierConfig()
+	unlimited := limited
+	unlimited.PublishInterval = 0
+	every := limited.PublishInterval
+	var lv, uv uint64
+	lastBump, firstL, firstU := -1, -1, -1
+	bumpsL, bumpsU := 0, 0
+	evaluations(t, limited, unlimited, 120, func(n int, l, u *Penalties) {
+		if u.Version != uv {
+			uv = u.Version
+			bumpsU++
+			if firstU < 0 {
+				firstU = n
+			}
+		}
+		if l.Version == lv {
+			return
+		}
+		lv = l.Version
+		bumpsL++
+		if firstL < 0 {
+			firstL = n
+		}
+		if lastBump >= 0 && time.Duration(n-lastBump)*250*time.Millisecond < every {
+			t.Fatalf("evaluation %d: factors changed %v after the previous change, want at least %v apart",
+				n, time.Duration(n-lastBump)*250*time.Millisecond, every)
+		}
+		lastBump = n
+		for _, e := range u.Engines() {
+			if l.Factor(e.Engine) != e.Factor {
+				t.Fatalf("evaluation %d: %s published at %v, want its current factor %v", n, e.Engine, l.Factor(e.Engine), e.Factor)
+			}
+		}
+	})
+	if firstU < 0 || firstL != firstU {
+		t.Fatalf("first change published at evaluation %d, want %d (the evaluation that made it)", firstL, firstU)
+	}
+	if bumpsL >= bumpsU {
+		t.Fatalf("%d published changes with the interval, %d without: the interval saved nothing", bumpsL, bumpsU)
+	}
+	t.Logf("published changes over a failure and recovery: %d with a %v interval, %d without", bumpsL, every, bumpsU)
+}
+
+// Factors move a little at every evaluation while an engine falls or recovers: only a
+// move to another multiple of Quantum is a change (a new version, a table rebuild), so
+// evaluating more often does not change more often.
+func TestSmallMovesDoNotChangeTheVersion(t *testing.T) {
+	cfg := DefaultOutlierConfig()
+	cfg.PublishInterval = 0
+	changes, evals := 0, 0
+	var prev *Penalties
+	evaluations(t, cfg, cfg, 120, func(n int, p, _ *Penalties) {
+		evals++
+		if prev != nil && p.Version != prev.Version {
+			changes++
+			moved := 0.0
+			for _, e := range p.Engines() {
+				moved = max(moved, math.Abs(e.Factor-prev.Factor(e.Engine)))
+			}
+			if moved < cfg.Quantum-1e-9 {
+				t.Fatalf("evaluation %d: version changed with factors moving %v, less than the quantum %v", n, moved, cfg.Quantum)
+			}
+		}
+		prev = p
+	})
+	// Down from 1 to MinFactor and back is 2 × 19 steps of 0.05.
+	if changes == 0 || changes > 2*int(math.Round((1-cfg.MinFactor)/cfg.Quantum))+2 {
+		t.Fatalf("%d version changes in %d evaluations over one failure and recovery, want 1..%d",
+			changes, evals, 2*int(math.Round((1-cfg.MinFactor)/cfg.Quantum))+2)
+	}
+}
+
+// A penalized engine that goes quiet is forgotten once it has recovered, and never before
+// its recovery is published: a factor never changes without a new Version, or the
+// sidecar's tables would keep the old one.
+func TestFactorsNeverChangeWithoutANewVersion(t *testing.T) {
+	o, clk := newTestOutliers(t)
+	r := rand.New(rand.NewPCG(11, 11))
+	fleet := healthyFleet(4)
+	fleet[0].errRate = 0.6
+	prev := o.Penalties()
+	forgotten, lowest := false, 1.0
+	for n := range 240 * 4 {
+		if n == 30*4 {
+			fleet = fleet[1:] // the failing engine gets no more traffic
+		}
+		for range 10 {
+			clk.Advance(25 * time.Millisecond)
+			for _, e := range fleet {
+				o.Observe(e.outcome(r))
+			}
+		}
+		p := o.Evaluate()
+		for _, name := range []string{"engine-0", "engine-1"} {
+			if p.Factor(name) != prev.Factor(name) && p.Version == prev.Version {
+				t.Fatalf("evaluation %d: %s's factor went from %v to %v at the same version %d",
+					n, name, prev.Factor(name), p.Factor(name), p.Version)
+			}
+		}
+		lowest = min(lowest, p.Factor("engine-0"))
+		if status(p, "engine-0").Engine == "" {
+			forgotten = true
+		}
+		prev = p
+	}
+	if lowest > 0.5 || !forgotten {
+		t.Fatalf("the failing engine's factor fell to %v and it was forgotten: %v; want <= 0.5, then forgotten", lowest, forgotten)
+	}
 }
