@@ -132,12 +132,14 @@ func (c *Core) state(model string) *modelState {
 // weights times the current penalties). A view that cannot be built is refused and the
 // current snapshot stays.
 func (c *Core) Update(v *xdsapi.View) error {
-	return c.rebuild(v, c.outliers.Penalties())
-}
-
-func (c *Core) rebuild(v *xdsapi.View, pen *guard.Penalties) error {
 	c.rebuildMu.Lock()
 	defer c.rebuildMu.Unlock()
+	return c.rebuildLocked(v, c.outliers.Penalties())
+}
+
+// rebuildLocked builds and swaps in a snapshot; the caller holds rebuildMu, and read the
+// view or the penalties it passes under it, so a rebuild for one never undoes the other.
+func (c *Core) rebuildLocked(v *xdsapi.View, pen *guard.Penalties) error {
 	r, err := newRouting(v, pen, c.cfg.Picker, c.loads, c.state)
 	if err != nil {
 		return err
@@ -153,11 +155,13 @@ func (c *Core) Ready() bool { return c.routing.Load() != nil }
 // it returns the engines now penalized (nil when nothing changed).
 func (c *Core) RefreshPenalties() ([]guard.EngineStatus, error) {
 	p := c.outliers.Evaluate()
+	c.rebuildMu.Lock()
+	defer c.rebuildMu.Unlock()
 	r := c.routing.Load()
 	if r == nil || p.Version == r.penalties {
 		return nil, nil
 	}
-	if err := c.rebuild(r.view, p); err != nil {
+	if err := c.rebuildLocked(r.view, p); err != nil {
 		return nil, fmt.Errorf("rebuild with new penalties: %w", err)
 	}
 	var out []guard.EngineStatus
