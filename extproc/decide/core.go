@@ -81,6 +81,8 @@ type Core struct {
 	statesMu  sync.Mutex // guards states (off the request path: routing snapshots hold the pointers)
 	states    map[string]*modelState
 	window    atomic.Int64 // unix nanos at which the current report window began
+	// tablesBuilt counts the picker tables built, by cause (causeView, causePenalties).
+	tablesBuilt [2]atomic.Int64
 }
 
 // modelState is what the request path keeps per model across snapshots: arrival counters
@@ -134,13 +136,20 @@ func (c *Core) state(model string) *modelState {
 func (c *Core) Update(v *xdsapi.View) error {
 	c.rebuildMu.Lock()
 	defer c.rebuildMu.Unlock()
-	return c.rebuildLocked(v, c.outliers.Penalties())
+	return c.rebuildLocked(v, c.outliers.Penalties(), causeView)
 }
+
+// Causes of a routing rebuild, the index of tablesBuilt.
+const (
+	causeView = iota
+	causePenalties
+)
 
 // rebuildLocked builds and swaps in a snapshot; the caller holds rebuildMu, and read the
 // view or the penalties it passes under it, so a rebuild for one never undoes the other.
-func (c *Core) rebuildLocked(v *xdsapi.View, pen *guard.Penalties) error {
-	r, err := newRouting(v, pen, c.cfg.Picker, c.loads, c.state)
+func (c *Core) rebuildLocked(v *xdsapi.View, pen *guard.Penalties, cause int) error {
+	r, built, err := newRouting(v, pen, c.cfg.Picker, c.loads, c.state, c.routing.Load())
+	c.tablesBuilt[cause].Add(int64(built))
 	if err != nil {
 		return err
 	}
@@ -148,11 +157,20 @@ func (c *Core) rebuildLocked(v *xdsapi.View, pen *guard.Penalties) error {
 	return nil
 }
 
+// TablesBuilt reports how many picker tables the core has built for new views (EDS
+// updates) and for new penalties. Each costs tens of milliseconds of CPU at the default
+// size; a model whose endpoints and weights did not change keeps its table.
+func (c *Core) TablesBuilt() (view, penalties int64) {
+	return c.tablesBuilt[causeView].Load(), c.tablesBuilt[causePenalties].Load()
+}
+
 // Ready reports whether the core has a routing snapshot.
 func (c *Core) Ready() bool { return c.routing.Load() != nil }
 
-// RefreshPenalties re-evaluates outliers and rebuilds the snapshot when a factor changed;
-// it returns the engines now penalized (nil when nothing changed).
+// RefreshPenalties re-evaluates outliers and rebuilds the snapshot when a published factor
+// changed (at most once per Config.Outliers.PublishInterval, and only the tables of the
+// models the changed engines serve); it returns the engines now penalized (nil when
+// nothing changed).
 func (c *Core) RefreshPenalties() ([]guard.EngineStatus, error) {
 	p := c.outliers.Evaluate()
 	c.rebuildMu.Lock()
@@ -161,7 +179,7 @@ func (c *Core) RefreshPenalties() ([]guard.EngineStatus, error) {
 	if r == nil || p.Version == r.penalties {
 		return nil, nil
 	}
-	if err := c.rebuildLocked(r.view, p); err != nil {
+	if err := c.rebuildLocked(r.view, p, causePenalties); err != nil {
 		return nil, fmt.Errorf("rebuild with new penalties: %w", err)
 	}
 	var out []guard.EngineStatus

@@ -19,6 +19,13 @@
 // curve, cut to the credits of a token bucket; with no budget, a request may still move
 // once if it never reached an engine (RetryOnUnsent), which adds no load anywhere.
 //
+// A snapshot is rebuilt for each new view and for each change of the published penalties
+// (at most once per guard.OutlierConfig.PublishInterval; see guard's doc). A rebuild keeps
+// the table of every model whose endpoints, weights and caps did not change: NewTable is a
+// function of its inputs, so the kept table ranks every key as a new one would, and a
+// penalty on one engine costs only the tables of the models that engine serves.
+// TablesBuilt counts the tables built, by cause.
+//
 // # State, writers and synchronization
 //
 // Route is the request path: it takes no lock shared by all requests.
@@ -34,6 +41,9 @@
 //	request-id index, finished    Route (put), Outcome           Outcome          16 shards by FNV-1a of the id, each with its own mutex
 //	outlier statistics            Outcome                        RefreshPenalties  guard.Outliers' mutex (outcome path only)
 //	outcome-silence counters      Route, Outcome                 OutcomeSilence   atomics
+//
+// RefreshPenalties reads the current view, and Update the current penalties, under
+// rebuildMu, so neither rebuild undoes the other.
 //
 // The model-state registry (statesMu) is touched only when a snapshot is built and when a
 // report is cut; snapshots carry pointers to each model's state, so the request path never

@@ -34,9 +34,12 @@ type failover struct{ address, engine string }
 
 // newRouting builds the picker tables. Draining endpoints are left out: override_host
 // would send to them, since it does not check health. state returns each model's
-// long-lived state.
-func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads, state func(model string) *modelState) (*routing, error) {
-	r := &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{}}
+// long-lived state. A model whose table prev already holds for the same endpoints and
+// weights keeps that table (NewTable is a function of its inputs, so a new one would rank
+// every key the same): a penalty on one engine rebuilds only the tables of the models it
+// serves. built is how many tables were built.
+func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads, state func(model string) *modelState, prev *routing) (r *routing, built int, err error) {
+	r = &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{}}
 	if pen != nil {
 		r.penalties = pen.Version
 	}
@@ -60,11 +63,40 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *
 				MaxInFlight: int64(e.MaxInFlight),
 			})
 		}
-		t, err := picker.NewTable(cfg, eps, loads)
-		if err != nil {
-			return nil, fmt.Errorf("model %s: %w", name, err)
+		var t *picker.Table
+		if old := prev.model(name); old != nil && sameEndpoints(old.table, eps) {
+			t = old.table
+		} else if t, err = picker.NewTable(cfg, eps, loads); err != nil {
+			return nil, built, fmt.Errorf("model %s: %w", name, err)
+		} else {
+			built++
 		}
 		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t, failover: fo, state: state(name)}
 	}
-	return r, nil
+	return r, built, nil
+}
+
+// model returns the named model's route; nil for a nil routing or an unknown model.
+func (r *routing) model(name string) *modelRoute {
+	if r == nil {
+		return nil
+	}
+	return r.models[name]
+}
+
+// sameEndpoints reports whether t was built from exactly the endpoints with positive
+// weight in eps (in any order), with the same weights, names and caps.
+func sameEndpoints(t *picker.Table, eps []picker.Endpoint) bool {
+	n := 0
+	for _, ep := range eps {
+		if ep.Weight <= 0 {
+			continue
+		}
+		n++
+		i, ok := t.Lookup(ep.Address)
+		if !ok || t.Endpoint(i) != ep {
+			return false
+		}
+	}
+	return n == t.Len()
 }
