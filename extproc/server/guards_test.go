@@ -129,6 +129,25 @@ func TestFailingEnginePenalizedThenRecovers(t *testing.T) {
 	if v := gauge(t, h.srv, "meridian_sidecar_engine_in_flight"); v != 0 {
 		t.Fatalf("in-flight after every outcome arrived = %v, want 0", v)
 	}
+	mfs, err := h.srv.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	builds := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "meridian_sidecar_routing_table_builds_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "cause" {
+						builds[l.GetValue()] = value(m)
+					}
+				}
+			}
+		}
+	}
+	if builds["view"] < 1 || builds["penalties"] < 1 {
+		t.Fatalf("routing tables built by cause = %v, want at least one for the view and one for the penalties", builds)
+	}
 }
 
 // gauge sums a gauge's series in the sidecar's registry.

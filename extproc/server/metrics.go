@@ -48,6 +48,7 @@ type metrics struct {
 type gauges interface {
 	penaltyFactors() map[string]float64
 	inFlight() map[string]int64
+	tablesBuilt() (view, penalties int64)
 }
 
 func newMetrics(g gauges) (*metrics, error) {
@@ -60,7 +61,7 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [11]error
+	var errs [12]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
@@ -73,8 +74,12 @@ func newMetrics(g gauges) (*metrics, error) {
 	m.outcomes, errs[6] = meter.Int64Counter("meridian_sidecar_outcomes", metric.WithDescription("Completed requests reported by Envoy's access log, by engine and class."))
 	m.servedBy, errs[10] = meter.Int64Counter("meridian_sidecar_served", metric.WithDescription("Steered requests by where a GIE gateway's served report says they were served: primary, fallback or unlisted."))
 	var penalty, inflightGauge metric.Float64ObservableGauge
+	var builds metric.Int64ObservableCounter
 	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
 	inflightGauge, errs[8] = meter.Float64ObservableGauge("meridian_sidecar_engine_in_flight", metric.WithDescription("Requests in flight from this sidecar per engine."))
+	builds, errs[11] = meter.Int64ObservableCounter("meridian_sidecar_routing_table_builds",
+		metric.WithDescription("Routing tables built, by cause: an EDS update (view) or a change of the published penalties (penalties)."))
+	viewCause, penaltyCause := metric.WithAttributes(attribute.String("cause", "view")), metric.WithAttributes(attribute.String("cause", "penalties"))
 	_, errs[9] = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for e, f := range g.penaltyFactors() {
 			o.ObserveFloat64(penalty, f, metric.WithAttributes(attribute.String("engine", e)))
@@ -82,8 +87,11 @@ func newMetrics(g gauges) (*metrics, error) {
 		for e, n := range g.inFlight() {
 			o.ObserveFloat64(inflightGauge, float64(n), metric.WithAttributes(attribute.String("engine", e)))
 		}
+		view, pen := g.tablesBuilt()
+		o.ObserveInt64(builds, view, viewCause)
+		o.ObserveInt64(builds, pen, penaltyCause)
 		return nil
-	}, penalty, inflightGauge)
+	}, penalty, inflightGauge, builds)
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("sidecar metrics: %w", err)

@@ -600,6 +600,8 @@ func (s *Server) penaltyFactors() map[string]float64 {
 
 func (s *Server) inFlight() map[string]int64 { return s.core.InFlight() }
 
+func (s *Server) tablesBuilt() (view, penalties int64) { return s.core.TablesBuilt() }
+
 // continueBody passes a body chunk on unchanged. It is never modified, so every stream
 // sends the same message (protobuf's marshaling only reads it, and caches sizes atomically).
 var continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
