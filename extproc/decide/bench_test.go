@@ -1,0 +1,70 @@
+package decide
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/outcome"
+	"github.com/meridian-router/meridian/extproc/picker"
+)
+
+// BenchmarkPenaltyEpisode is the CPU the sidecar spends on one engine's penalty episode:
+// four engines of one model at the default table size, one failing every request for 20 s
+// and then healthy, outcomes at 160 req/s and a penalty evaluation every 250 ms, for 90 s
+// of virtual time. One op is the whole episode; tables/op is how many routing tables it
+// built, and peak-tables/s the most in any second. publish=0 publishes every factor move
+// (the behaviour before guard.OutlierConfig.PublishInterval); 1s is the shipped default.
+func BenchmarkPenaltyEpisode(b *testing.B) {
+	for _, every := range []time.Duration{0, guard.DefaultOutlierConfig().PublishInterval} {
+		b.Run(fmt.Sprintf("publish=%v", every), func(b *testing.B) {
+			oc := guard.DefaultOutlierConfig()
+			oc.RecoverHalfLife = 5 * time.Second // as the sidecar ships
+			oc.PublishInterval = every
+			pk := picker.DefaultConfig()
+			var tables, peak int64
+			for b.Loop() {
+				clk := &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+				c, err := New(Config{Picker: pk, Outliers: oc, Retry: guard.DefaultRetryConfig(), Shed: guard.DefaultShedConfig(),
+					Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork, Log: slog.New(slog.DiscardHandler)}, clk)
+				if err != nil {
+					b.Fatal(err)
+				}
+				v := twoModels(nil)
+				delete(v.Models, "b")
+				if err := c.Update(v); err != nil {
+					b.Fatal(err)
+				}
+				var second [90]int64
+				for n := range 90 * 4 {
+					for range 10 {
+						clk.advance(25 * time.Millisecond)
+						for i := range 4 {
+							status := 200
+							if i == 0 && n >= 10*4 && n < 30*4 {
+								status = 503
+							}
+							c.Outcome(outcome.Record{Upstream: fmt.Sprintf("127.0.0.1:%d", 8000+i), Status: status,
+								TTFT: 50 * time.Millisecond, Attempts: 1})
+						}
+					}
+					_, before := c.TablesBuilt()
+					if _, err := c.RefreshPenalties(); err != nil {
+						b.Fatal(err)
+					}
+					_, after := c.TablesBuilt()
+					second[n/4] += after - before
+				}
+				_, pen := c.TablesBuilt()
+				tables = pen
+				for _, s := range second {
+					peak = max(peak, s)
+				}
+			}
+			b.ReportMetric(float64(tables), "tables/op")
+			b.ReportMetric(float64(peak), "peak-tables/s")
+		})
+	}
+}
