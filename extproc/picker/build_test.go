@@ -55,3 +55,24 @@ func TestRankingFormatIsStable(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkNewTableFewEndpoints is a rebuild of a small fleet's table at the default size
+// as one engine's penalty factor falls: with no more endpoints than candidates every
+// bucket ranks every endpoint, so the low weight sets how far the streams are drawn.
+func BenchmarkNewTableFewEndpoints(b *testing.B) {
+	for _, f := range []float64{1, 0.5, 0.2, 0.05} {
+		b.Run(fmt.Sprintf("endpoints=4/factor=%v", f), func(b *testing.B) {
+			eps := make([]Endpoint, 4)
+			for i := range eps {
+				eps[i] = Endpoint{Address: fmt.Sprintf("10.0.0.%d:8000", i+1), Weight: 100}
+			}
+			eps[0].Weight *= f
+			loads := NewLoads()
+			for b.Loop() {
+				if _, err := NewTable(DefaultConfig(), eps, loads); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
