@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
 )
@@ -26,7 +27,7 @@ func BenchmarkPenaltyEpisode(b *testing.B) {
 			pk := picker.DefaultConfig()
 			var tables, peak int64
 			for b.Loop() {
-				clk := &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+				clk := guardtest.NewClock()
 				c, err := New(Config{Picker: pk, Outliers: oc, Retry: guard.DefaultRetryConfig(), Shed: guard.DefaultShedConfig(),
 					Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork, Log: slog.New(slog.DiscardHandler)}, clk)
 				if err != nil {
@@ -40,7 +41,7 @@ func BenchmarkPenaltyEpisode(b *testing.B) {
 				var second [90]int64
 				for n := range 90 * 4 {
 					for range 10 {
-						clk.advance(25 * time.Millisecond)
+						clk.Advance(25 * time.Millisecond)
 						for i := range 4 {
 							status := 200
 							if i == 0 && n >= 10*4 && n < 30*4 {

@@ -3,44 +3,26 @@ package decide
 import (
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
 	"github.com/meridian-router/meridian/xdsapi"
 )
 
-// testClock is a guard.Clock moved by the test.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // newTestCore returns a core on the sidecar's defaults (penalties recover with a 5 s
 // half-life, as the sidecar ships), with small tables so that tests can build many, and
 // its clock.
-func newTestCore(t *testing.T) (*Core, *testClock) {
+func newTestCore(t *testing.T) (*Core, *guardtest.Clock) {
 	t.Helper()
 	pk := picker.DefaultConfig()
 	pk.Buckets = 1 << 10
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = 5 * time.Second
-	clk := &testClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := guardtest.NewClock()
 	c, err := New(Config{Picker: pk, Outliers: oc, Retry: guard.DefaultRetryConfig(),
 		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
 		Log: slog.New(slog.DiscardHandler)}, clk)
@@ -88,7 +70,7 @@ func TestPenaltyRebuildsAreBoundedAndTouchOnlyTheEnginesModels(t *testing.T) {
 	for n := range 90 * 4 {
 		failing := n >= 10*4 && n < 30*4 // a0 fails every request from 10 s to 30 s
 		for range 10 {
-			clk.advance(tick / 10)
+			clk.Advance(tick / 10)
 			for i := range 4 {
 				for _, model := range []string{"a", "b"} {
 					status := 200

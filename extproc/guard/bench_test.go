@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 )
 
 // The per-request guard calls: Shedder.Decide and Retries.Allow run on every request,
@@ -21,7 +23,7 @@ func BenchmarkSystemClock(b *testing.B) {
 func BenchmarkShedDecide(b *testing.B) {
 	for _, f := range []float64{0, 0.3} {
 		b.Run(fmt.Sprintf("fraction=%v", f), func(b *testing.B) {
-			clk := newFakeClock()
+			clk := guardtest.NewClock()
 			s, err := NewShedder(DefaultShedConfig(), clk)
 			if err != nil {
 				b.Fatal(err)
@@ -50,7 +52,7 @@ func BenchmarkRetriesAllow(b *testing.B) {
 }
 
 func BenchmarkOutliersObserve(b *testing.B) {
-	clk := newFakeClock()
+	clk := guardtest.NewClock()
 	o, err := NewOutliers(DefaultOutlierConfig(), clk)
 	if err != nil {
 		b.Fatal(err)
@@ -72,7 +74,7 @@ func BenchmarkOutliersObserve(b *testing.B) {
 func BenchmarkOutliersEvaluate(b *testing.B) {
 	for _, n := range []int{16, 256, 4096} {
 		b.Run(fmt.Sprintf("engines=%d", n), func(b *testing.B) {
-			clk := newFakeClock()
+			clk := guardtest.NewClock()
 			cfg := DefaultOutlierConfig()
 			cfg.StatsHalfLife = 1000 * time.Hour // keep the fleet's statistics alive
 			o, err := NewOutliers(cfg, clk)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 )
 
 // engineSim produces outcomes for one simulated engine.
@@ -35,7 +37,7 @@ func healthyFleet(n int) []engineSim {
 
 // run feeds every engine 50 outcomes per second of virtual time, evaluating once a
 // second, and calls each(second, snapshot) after every evaluation.
-func run(clk *fakeClock, o *Outliers, fleet []engineSim, r *rand.Rand, seconds int, each func(int, *Penalties)) {
+func run(clk *guardtest.Clock, o *Outliers, fleet []engineSim, r *rand.Rand, seconds int, each func(int, *Penalties)) {
 	for s := range seconds {
 		for range 50 {
 			clk.Advance(20 * time.Millisecond)
@@ -47,9 +49,9 @@ func run(clk *fakeClock, o *Outliers, fleet []engineSim, r *rand.Rand, seconds i
 	}
 }
 
-func newTestOutliers(t *testing.T) (*Outliers, *fakeClock) {
+func newTestOutliers(t *testing.T) (*Outliers, *guardtest.Clock) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := guardtest.NewClock()
 	o, err := NewOutliers(DefaultOutlierConfig(), clk)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +273,7 @@ func TestOutlierConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("Validate() = %v, want an error naming %s", err, tc.field)
 		}
-		if _, err := NewOutliers(c, newFakeClock()); err == nil {
+		if _, err := NewOutliers(c, guardtest.NewClock()); err == nil {
 			t.Errorf("NewOutliers accepted a config with a bad %s", tc.field)
 		}
 	}
@@ -356,7 +358,7 @@ func TestPenalizedEngineStaysDownWhileSlowAndRecoversWhenHealed(t *testing.T) {
 // both snapshots.
 func evaluations(t *testing.T, limited, unlimited OutlierConfig, seconds int, each func(n int, l, u *Penalties)) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := guardtest.NewClock()
 	lo, err := NewOutliers(limited, clk)
 	if err != nil {
 		t.Fatal(err)

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 )
 
-func newTestShedder(t *testing.T) (*Shedder, *fakeClock) {
+func newTestShedder(t *testing.T) (*Shedder, *guardtest.Clock) {
 	t.Helper()
-	clk := newFakeClock()
+	clk := guardtest.NewClock()
 	s, err := NewShedder(DefaultShedConfig(), clk)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +136,7 @@ func TestShedDemandRates(t *testing.T) {
 func TestShedModelsAreBounded(t *testing.T) {
 	cfg := DefaultShedConfig()
 	cfg.MaxModels = 3
-	s, err := NewShedder(cfg, newFakeClock())
+	s, err := NewShedder(cfg, guardtest.NewClock())
 	if err != nil {
 		t.Fatal(err)
 	}

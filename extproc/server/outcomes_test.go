@@ -8,32 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/xdsclient"
 	"github.com/meridian-router/meridian/xdsapi"
 )
-
-type stepClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *stepClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // A sidecar that steers requests and hears no outcome says so: without Envoy's gRPC access
 // log, in-flight counts of streamed requests would only fall at max_request_age.
@@ -41,7 +23,7 @@ func TestWarnsWhenOutcomesStop(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	cfg := DefaultConfig(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)))
-	clk := &stepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := guardtest.NewClock()
 	s, err := NewWithClock(cfg, clk)
 	if err != nil {
 		t.Fatal(err)
@@ -70,12 +52,12 @@ func TestWarnsWhenOutcomesStop(t *testing.T) {
 		return strings.Contains(logs.String(), "no outcome from Envoy's access log")
 	}
 	steer(outcomeSilentAfter)
-	clk.advance(outcomeSilence / 2)
+	clk.Advance(outcomeSilence / 2)
 	s.checkOutcomes()
 	if warned() {
 		t.Fatal("warned before the silence lasted long enough")
 	}
-	clk.advance(outcomeSilence)
+	clk.Advance(outcomeSilence)
 	s.checkOutcomes()
 	if !warned() {
 		t.Fatalf("no warning after %d steered requests and %v without an outcome", outcomeSilentAfter, 3*outcomeSilence/2)
@@ -85,7 +67,7 @@ func TestWarnsWhenOutcomesStop(t *testing.T) {
 	mu.Unlock()
 	ticket, upstream := steer(1)
 	s.OnOutcome(outcome.Record{Ticket: ticket, Upstream: upstream, Status: 200, Attempts: 1})
-	clk.advance(2 * outcomeSilence)
+	clk.Advance(2 * outcomeSilence)
 	s.checkOutcomes()
 	if warned() {
 		t.Fatal("warned although an outcome came and nothing was steered since")
