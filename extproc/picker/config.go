@@ -75,7 +75,7 @@ func DefaultConfig() Config {
 		Candidates:  4,
 		Fallbacks:   2,
 		Epsilon:     0.25,
-		SpillFloor:  4 * 1024, // the sidecar's spill_floor 4 × decode_work_tokens 1024
+		SpillFloor:  6 * 1024, // the sidecar's spill_floor 6 × decode_work_tokens 1024
 		MaxInFlight: 0,
 		MaxExamined: 16,
 	}

@@ -215,9 +215,9 @@ type FileShed struct {
 }
 
 // DefaultSpillFloor is the shipped picker.spill_floor: an engine keeps its keys while it
-// holds less than four short requests' work (picker.DefaultConfig's floor with the default
+// holds less than six short requests' work (picker.DefaultConfig's floor with the default
 // decode_work_tokens).
-const DefaultSpillFloor = 4
+const DefaultSpillFloor = 6
 
 // Upper bounds of picker fields whose product is a work figure, far above any useful value.
 const (
