@@ -200,19 +200,7 @@ func TestE2EGIESheddableShedIs429(t *testing.T) {
 		t.Fatalf("before the engine is held: %v", err)
 	}
 	// h0 holds one request (its cap): the next is shed at once.
-	if err := s.SetFaults(ctx, "h0", stack.EngineFaults{Hang: true, LatencyMultiplier: 1}); err != nil {
-		t.Fatal(err)
-	}
-	held, release := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = chat2(held, c, model)
-	}()
-	defer func() {
-		release()
-		<-done
-	}()
+	defer holdEngine(ctx, t, s, "h0", c, model)()
 	before := len(readAccessLog(t, node.AccessLog))
 	shed := probeUntilShed(ctx, t, c, model, 429)
 	if !strings.Contains(shed.Message, "overloaded") || shed.Type != "overloaded_error" || shed.Response.Header.Get("Retry-After") == "" {

@@ -279,27 +279,33 @@ func TestE2EOpenAISDK(t *testing.T) {
 		wantStatus("an engine's 429", chat(smallModel, openai.UserMessage("hi")), 429, "injected")
 
 		// h0 holds one request (cap 1): the next is shed at once, with Retry-After.
-		if err := s.SetFaults(ctx, "h0", stack.EngineFaults{Hang: true, LatencyMultiplier: 1}); err != nil {
-			t.Fatal(err)
-		}
-		held, release := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = c.Chat.Completions.New(held, openai.ChatCompletionNewParams{Model: smallModel, MaxTokens: openai.Int(1),
-				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("held")}})
-		}()
-		defer func() {
-			release()
-			<-done
-			_ = s.SetFaults(context.Background(), "h0", stack.NoFaults())
-		}()
+		defer holdEngine(ctx, t, s, "h0", c, smallModel)()
 		shed := probeUntilShed(ctx, t, c, smallModel, 503)
 		wantStatus("shed", shed, 503, "overloaded")
 		if shed.Response.Header.Get("Retry-After") == "" {
 			t.Fatal("a shed answer without Retry-After")
 		}
 	})
+}
+
+// holdEngine makes engine hang and sends it one request for model, which it holds until
+// the returned function cancels it; that function also clears the engine's faults.
+func holdEngine(ctx context.Context, t *testing.T, s *stack.Stack, engine string, c openai.Client, model string) func() {
+	t.Helper()
+	if err := s.SetFaults(ctx, engine, stack.EngineFaults{Hang: true, LatencyMultiplier: 1}); err != nil {
+		t.Fatal(err)
+	}
+	held, release := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = chat2(held, c, model)
+	}()
+	return func() {
+		release()
+		<-done
+		_ = s.SetFaults(context.Background(), engine, stack.NoFaults())
+	}
 }
 
 // probeUntilShed sends one-token probes (at most 50, each bounded to 300 ms) until one is
