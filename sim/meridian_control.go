@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/control/optimizer"
-	"github.com/meridian-router/meridian/control/signals"
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/sim/engine"
 )
 
@@ -46,19 +46,19 @@ func (m *meridian) Tick(now time.Duration, v *View) {
 func (m *meridian) scrape(v *View) {
 	for e, ev := range v.Engines {
 		if !ev.Up {
-			m.agg.ObserveScrapeError(m.names[e], signals.ErrScrape)
+			m.agg.ObserveScrapeError(m.names[e], enginemetrics.ErrScrape)
 			continue
 		}
 		s := ev.Stats
-		m.agg.ObserveScrape(m.names[e], signals.Sample{Models: []string{meridianModel},
+		m.agg.ObserveScrape(m.names[e], enginemetrics.Sample{Models: []string{meridianModel},
 			Running: float64(s.Running), Waiting: float64(s.Waiting), KVCacheUsage: s.KVUsage,
 			PrefixQueries: float64(s.PrefixQueries), PrefixHits: float64(s.PrefixHits),
 			TTFT: sampleHist(s.TTFT), ITL: sampleHist(s.ITL), E2E: sampleHist(s.E2E)})
 	}
 }
 
-func sampleHist(h engine.Histogram) signals.Histogram {
-	out := signals.Histogram{Count: float64(h.Count), Sum: h.Sum, Bounds: h.Bounds}
+func sampleHist(h engine.Histogram) enginemetrics.Histogram {
+	out := enginemetrics.Histogram{Count: float64(h.Count), Sum: h.Sum, Bounds: h.Bounds}
 	for _, c := range h.Cumulative() {
 		out.Cumulative = append(out.Cumulative, float64(c))
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/meridian-router/meridian/control/optimizer"
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/control/xds"
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/mtls"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 	"github.com/meridian-router/meridian/xdsapi"
@@ -207,7 +208,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if f.Discovery == nil {
 		// One scrape before the first solve: an engine not running at start is logged and
 		// gets no share of the first weights.
-		s.scrapeOnce(ctx, &signals.Scraper{Client: &http.Client{Timeout: min(s.cfg.ScrapeInterval, 2*time.Second)}}, f)
+		s.scrapeOnce(ctx, &enginemetrics.Scraper{Client: &http.Client{Timeout: min(s.cfg.ScrapeInterval, 2*time.Second)}}, f)
 		if err := s.apply(ctx, f); err != nil {
 			return err
 		}
@@ -335,7 +336,7 @@ func (s *Server) solveLoop(ctx context.Context) {
 
 // scrapeLoop scrapes every engine's metrics every ScrapeInterval.
 func (s *Server) scrapeLoop(ctx context.Context) {
-	sc := &signals.Scraper{Client: &http.Client{Timeout: min(s.cfg.ScrapeInterval, 5*time.Second)}}
+	sc := &enginemetrics.Scraper{Client: &http.Client{Timeout: min(s.cfg.ScrapeInterval, 5*time.Second)}}
 	t := time.NewTicker(s.cfg.ScrapeInterval)
 	defer t.Stop()
 	for {
@@ -354,7 +355,7 @@ func (s *Server) scrapeLoop(ctx context.Context) {
 }
 
 // scrapeOnce scrapes every engine of f once, logging and counting failures.
-func (s *Server) scrapeOnce(ctx context.Context, sc *signals.Scraper, f *fleet.Fleet) {
+func (s *Server) scrapeOnce(ctx context.Context, sc *enginemetrics.Scraper, f *fleet.Fleet) {
 	targets := make([]signals.Target, 0, len(f.Engines))
 	names := make([]string, 0, len(f.Engines))
 	urls := make(map[string]string, len(f.Engines))

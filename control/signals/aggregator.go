@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
@@ -96,8 +97,8 @@ type reporterView struct {
 }
 
 type engineState struct {
-	listed              time.Time // first seen in a Snapshot or an observation
-	prev                *Sample   // last scrape, for rates
+	listed              time.Time             // first seen in a Snapshot or an observation
+	prev                *enginemetrics.Sample // last scrape, for rates
 	prevAt, lastScrape  time.Time
 	lastServed          time.Time // a sidecar saw it answer
 	lastError           string
@@ -135,7 +136,7 @@ func (a *Aggregator) engine(name string, now time.Time) *engineState {
 // ObserveScrape ingests one successful scrape of engine, taken now.
 // Counters and histograms become rates against the previous scrape; a
 // counter that went backwards (a restart) only resets the baseline.
-func (a *Aggregator) ObserveScrape(engine string, s Sample) {
+func (a *Aggregator) ObserveScrape(engine string, s enginemetrics.Sample) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -158,7 +159,7 @@ func (a *Aggregator) ObserveScrape(engine string, s Sample) {
 
 // ingestRates turns the change since prev into arrival rate, latencies,
 // prefix-cache hit rate and a (load, TTFT) point for the curve fit.
-func (st *engineState) ingestRates(s, prev Sample, span time.Duration, now time.Time, cfg Config) {
+func (st *engineState) ingestRates(s, prev enginemetrics.Sample, span time.Duration, now time.Time, cfg Config) {
 	hl := cfg.HalfLife
 	if d, ok := s.TTFT.Sub(prev.TTFT); ok {
 		rate := d.Count / span.Seconds()
@@ -295,7 +296,7 @@ type Target struct {
 // each result. It returns when all are done or ctx ends; a scrape still
 // running when ctx ends fails and is recorded as such. It returns the failed
 // scrapes' errors by engine (nil when all succeeded), for the caller to log.
-func (a *Aggregator) ScrapeAll(ctx context.Context, sc *Scraper, targets []Target, parallel int) map[string]error {
+func (a *Aggregator) ScrapeAll(ctx context.Context, sc *enginemetrics.Scraper, targets []Target, parallel int) map[string]error {
 	sem := make(chan struct{}, max(1, parallel))
 	var wg sync.WaitGroup
 	var mu sync.Mutex

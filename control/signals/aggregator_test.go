@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
+
 	"github.com/meridian-router/meridian/control/solver"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
@@ -46,19 +48,19 @@ func TestEngineStates(t *testing.T) {
 			a.Snapshot([]EngineSpec{spec})
 			clk.advance(cfg.StaleAfter + time.Second)
 		}, Suspect},
-		{"scraped just now", func(a *Aggregator, clk *fakeClock) { a.ObserveScrape("e1", Sample{}) }, OK},
+		{"scraped just now", func(a *Aggregator, clk *fakeClock) { a.ObserveScrape("e1", enginemetrics.Sample{}) }, OK},
 		{"scrapes stopped", func(a *Aggregator, clk *fakeClock) {
-			a.ObserveScrape("e1", Sample{Running: 4})
+			a.ObserveScrape("e1", enginemetrics.Sample{Running: 4})
 			clk.advance(cfg.StaleAfter + time.Second)
 			a.ObserveScrapeError("e1", errors.New("connection refused"))
 		}, Suspect},
 		{"scrapes stopped, sidecars see it answer", func(a *Aggregator, clk *fakeClock) {
-			a.ObserveScrape("e1", Sample{})
+			a.ObserveScrape("e1", enginemetrics.Sample{})
 			clk.advance(cfg.StaleAfter + time.Second)
 			mustReport(a, report("n1", "s1", 5, &meridianv1.EngineObservation{Engine: "e1", Requests: 10}))
 		}, Degraded},
 		{"most requests fail", func(a *Aggregator, clk *fakeClock) {
-			a.ObserveScrape("e1", Sample{})
+			a.ObserveScrape("e1", enginemetrics.Sample{})
 			mustReport(a, report("n1", "s1", 5, &meridianv1.EngineObservation{Engine: "e1", Requests: 10, Errors: 9}))
 		}, Failing},
 	}
@@ -89,7 +91,7 @@ func mustReport(a *Aggregator, r *meridianv1.LoadReport) {
 // snapshot (it is not reported as idle) and gets no traffic.
 func TestSuspectIsNotIdle(t *testing.T) {
 	a, clk := newTestAggregator(t)
-	a.ObserveScrape("e1", Sample{Running: 12, Waiting: 30})
+	a.ObserveScrape("e1", enginemetrics.Sample{Running: 12, Waiting: 30})
 	clk.advance(time.Minute)
 	es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]
 	if es.State != Suspect || es.Running != 12 || es.Waiting != 30 {
@@ -99,12 +101,12 @@ func TestSuspectIsNotIdle(t *testing.T) {
 
 func TestScrapeRates(t *testing.T) {
 	a, clk := newTestAggregator(t)
-	h := func(count, sum float64) Histogram {
-		return Histogram{Count: count, Sum: sum, Bounds: []float64{1}, Cumulative: []float64{count}}
+	h := func(count, sum float64) enginemetrics.Histogram {
+		return enginemetrics.Histogram{Count: count, Sum: sum, Bounds: []float64{1}, Cumulative: []float64{count}}
 	}
-	a.ObserveScrape("e1", Sample{TTFT: h(100, 20), ITL: h(1000, 30), PrefixQueries: 1000, PrefixHits: 100})
+	a.ObserveScrape("e1", enginemetrics.Sample{TTFT: h(100, 20), ITL: h(1000, 30), PrefixQueries: 1000, PrefixHits: 100})
 	clk.advance(5 * time.Second)
-	a.ObserveScrape("e1", Sample{TTFT: h(150, 35), ITL: h(2000, 50), PrefixQueries: 3000, PrefixHits: 1700})
+	a.ObserveScrape("e1", enginemetrics.Sample{TTFT: h(150, 35), ITL: h(2000, 50), PrefixQueries: 3000, PrefixHits: 1700})
 	es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]
 	want := map[string]float64{"arrival": 10, "ttft": 0.3, "itl": 0.02, "prefix hit": 0.8}
 	got := map[string]float64{"arrival": es.ArrivalRate, "ttft": es.TTFT, "itl": es.ITL, "prefix hit": es.PrefixHitRate}
@@ -115,7 +117,7 @@ func TestScrapeRates(t *testing.T) {
 	}
 	// A restart resets the counters: no negative rate, the last one holds.
 	clk.advance(5 * time.Second)
-	a.ObserveScrape("e1", Sample{TTFT: h(3, 1)})
+	a.ObserveScrape("e1", enginemetrics.Sample{TTFT: h(3, 1)})
 	if es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]; es.ArrivalRate != 10 || es.TTFT != 0.3 {
 		t.Errorf("after a counter reset: arrival %v ttft %v, want the previous 10 and 0.3", es.ArrivalRate, es.TTFT)
 	}
@@ -170,7 +172,7 @@ func TestDemand(t *testing.T) {
 
 func TestPenaltyScalesCapacity(t *testing.T) {
 	a, _ := newTestAggregator(t)
-	a.ObserveScrape("e1", Sample{})
+	a.ObserveScrape("e1", enginemetrics.Sample{})
 	mustReport(a, report("n1", "s1", 5, &meridianv1.EngineObservation{Engine: "e1", Requests: 10, Penalty: 0.5}))
 	eng := a.Snapshot([]EngineSpec{spec}).SolverEngines([]EngineSpec{spec}, []string{"other", "llama"})[0]
 	if eng.Capacity != 25 || !reflect.DeepEqual(eng.Models, []int{1}) || !eng.Healthy {
@@ -216,7 +218,7 @@ func TestFailingEngineIsRetriedAfterItsErrorsFade(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := []EngineSpec{{Name: "e", Models: []string{"m"}, Capacity: 10}}
-	a.ObserveScrape("e", Sample{})
+	a.ObserveScrape("e", enginemetrics.Sample{})
 	for i := 0; i < 5; i++ {
 		if err := a.ObserveReport(&meridianv1.LoadReport{NodeId: "n", SidecarId: "s", WindowSeconds: 1,
 			Engines: []*meridianv1.EngineObservation{{Engine: "e", Requests: 10, Errors: 10}}}); err != nil {
@@ -228,7 +230,7 @@ func TestFailingEngineIsRetriedAfterItsErrorsFade(t *testing.T) {
 		t.Fatalf("after 5 s of errors: %v, want failing", st.State)
 	}
 	now = now.Add(3 * cfg.HalfLife) // no requests since: nothing new was learned
-	a.ObserveScrape("e", Sample{})
+	a.ObserveScrape("e", enginemetrics.Sample{})
 	if st := a.Snapshot(spec).Engines["e"]; st.State == Failing || st.Suspect {
 		t.Fatalf("three half-lives after its last error, with fresh scrapes: %v (error rate %.2f), want it tried again", st.State, st.ErrorRate)
 	}
@@ -251,9 +253,9 @@ func TestClassSharesOneCurve(t *testing.T) {
 		for name, l := range ttft {
 			count[name] += 10
 			sum[name] += 10 * l
-			a.ObserveScrape(name, Sample{TTFT: Histogram{Count: count[name], Sum: sum[name], Bounds: []float64{1}, Cumulative: []float64{count[name]}}})
+			a.ObserveScrape(name, enginemetrics.Sample{TTFT: enginemetrics.Histogram{Count: count[name], Sum: sum[name], Bounds: []float64{1}, Cumulative: []float64{count[name]}}})
 		}
-		a.ObserveScrape("idle", Sample{})
+		a.ObserveScrape("idle", enginemetrics.Sample{})
 		clk.advance(2 * time.Second)
 	}
 	snap := a.Snapshot(specs)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
+
 	"github.com/meridian-router/meridian/control/solver"
 )
 
@@ -19,9 +21,9 @@ func TestFitRecoversKnownCurve(t *testing.T) {
 	a, clk := newTestAggregator(t)
 	spec := EngineSpec{Name: "e1", Capacity: capacity, Curve: solver.Curve{Base: 1, Queue: 1}}
 	rng := rand.New(rand.NewPCG(3, 4))
-	var h Histogram
+	var h enginemetrics.Histogram
 	interval := 5 * time.Second
-	a.ObserveScrape("e1", Sample{TTFT: h})
+	a.ObserveScrape("e1", enginemetrics.Sample{TTFT: h})
 	for range 300 {
 		rate := 2 + 43*rng.Float64()
 		ttft := truth.Latency(rate, capacity) * (1 + 0.15*(2*rng.Float64()-1))
@@ -29,7 +31,7 @@ func TestFitRecoversKnownCurve(t *testing.T) {
 		h.Count += n
 		h.Sum += n * ttft
 		clk.advance(interval)
-		a.ObserveScrape("e1", Sample{TTFT: h})
+		a.ObserveScrape("e1", enginemetrics.Sample{TTFT: h})
 	}
 	es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]
 	if !es.Fitted {

@@ -1,4 +1,8 @@
-package signals
+// Package enginemetrics reads a vLLM-compatible engine's Prometheus metrics: the
+// running and waiting requests, KV-cache use, prefix-cache counters and latency
+// histograms, under both metric generations. The control server scrapes them for its
+// signals; the sidecar scrapes the load gauges for its view of each engine's queue.
+package enginemetrics
 
 import (
 	"context"
