@@ -12,7 +12,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -222,27 +221,12 @@ var ErrScrape = errors.New("scrape failed")
 // Scrape fetches url (an engine's /metrics) and parses it. It honours ctx
 // for cancellation and deadlines, and reads at most 16 MiB.
 func (sc *Scraper) Scrape(ctx context.Context, url string) (Sample, error) {
-	client := sc.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := sc.get(ctx, url)
 	if err != nil {
-		return Sample{}, fmt.Errorf("%w: %s: %w", ErrScrape, url, err)
+		return Sample{}, err
 	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := client.Do(req)
-	if err != nil {
-		return Sample{}, fmt.Errorf("%w: %s: %w", ErrScrape, url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Sample{}, fmt.Errorf("%w: %s: HTTP %d", ErrScrape, url, resp.StatusCode)
-	}
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/vnd.google.protobuf") {
-		return Sample{}, fmt.Errorf("%w: %s: protobuf exposition is not supported (Content-Type %q)", ErrScrape, url, ct)
-	}
-	s, err := Parse(io.LimitReader(resp.Body, maxBodySize))
+	defer body.Close()
+	s, err := Parse(io.LimitReader(body, maxBodySize))
 	if err != nil {
 		return Sample{}, fmt.Errorf("%w: %s: %w", ErrScrape, url, err)
 	}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/meridian-router/meridian/control/optimizer"
@@ -84,5 +85,27 @@ func (m *meridian) solve() {
 	}
 	if res.Changed {
 		_ = m.publish(res.Weights) // the plan of a validated fleet
+	}
+}
+
+// ScrapePeriod is how often each sidecar scrapes its engines' load gauges (the
+// sidecar's engine_load.scrape_interval); 0 turns the feed off.
+func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interval }
+
+// Scrape hands every sidecar each engine's running and waiting requests, as its own
+// scrape of the engine's /metrics would read them; a down engine fails the scrape, which
+// forgets its load.
+func (m *meridian) Scrape(now time.Duration, v *View) {
+	m.clock.now = now
+	for _, pool := range m.sidecars {
+		for _, sc := range pool {
+			for e, ev := range v.Engines {
+				q := math.NaN()
+				if ev.Up {
+					q = float64(ev.Running + ev.Waiting)
+				}
+				sc.core.ObserveEngineLoad(m.addrs[e], q)
+			}
+		}
 	}
 }

@@ -35,6 +35,10 @@ func EndpointsOf(cla *endpointv3.ClusterLoadAssignment) ([]Endpoint, error) {
 			if w == 0 {
 				w = 1 // EDS's own default when the field is absent
 			}
+			metrics := md["metrics_url"].GetStringValue()
+			if metrics != "" && !validMetricsURL(metrics) {
+				return nil, fmt.Errorf("cluster %s: endpoint %s: metrics_url %q is not an absolute http(s) URL", cla.GetClusterName(), md["engine"].GetStringValue(), metrics)
+			}
 			out = append(out, Endpoint{
 				Engine:      md["engine"].GetStringValue(),
 				Region:      md["region"].GetStringValue(),
@@ -44,6 +48,7 @@ func EndpointsOf(cla *endpointv3.ClusterLoadAssignment) ([]Endpoint, error) {
 				MaxInFlight: int(md["max_in_flight"].GetNumberValue()),
 				Priority:    loc.GetPriority(),
 				RTTMillis:   md["rtt_ms"].GetNumberValue(),
+				MetricsURL:  metrics,
 			})
 		}
 	}

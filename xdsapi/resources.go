@@ -3,6 +3,7 @@ package xdsapi
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"time"
 
@@ -64,6 +65,9 @@ type Endpoint struct {
 	// RTTMillis is the network round trip from this node to the engine; the sidecar takes
 	// it out of observed latencies so a far engine is not mistaken for a slow one.
 	RTTMillis float64
+	// MetricsURL is the engine's Prometheus metrics (http:// or https://), which the
+	// sidecar scrapes for the engine's queue; empty: the sidecar does not scrape it.
+	MetricsURL string
 }
 
 // ClusterOptions shape a model cluster.
@@ -143,7 +147,14 @@ func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoad
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: engine %s: address %q: %w", clusterName, ep.Engine, ep.Address, err)
 		}
-		md, err := structpb.NewStruct(map[string]any{"engine": ep.Engine, "region": ep.Region, "max_in_flight": ep.MaxInFlight, "rtt_ms": ep.RTTMillis})
+		fields := map[string]any{"engine": ep.Engine, "region": ep.Region, "max_in_flight": ep.MaxInFlight, "rtt_ms": ep.RTTMillis}
+		if ep.MetricsURL != "" {
+			if !validMetricsURL(ep.MetricsURL) {
+				return nil, fmt.Errorf("cluster %s: engine %s: metrics URL %q: want an absolute http:// or https:// URL", clusterName, ep.Engine, ep.MetricsURL)
+			}
+			fields["metrics_url"] = ep.MetricsURL
+		}
+		md, err := structpb.NewStruct(fields)
 		if err != nil {
 			return nil, fmt.Errorf("encode endpoint metadata: %w", err)
 		}
@@ -180,6 +191,12 @@ func LoadAssignment(clusterName string, eps []Endpoint) (*endpointv3.ClusterLoad
 		cla.Endpoints = []*endpointv3.LocalityLbEndpoints{{}}
 	}
 	return cla, nil
+}
+
+// validMetricsURL reports whether u is an absolute http(s) URL with a host.
+func validMetricsURL(u string) bool {
+	p, err := url.Parse(u)
+	return err == nil && (p.Scheme == "http" || p.Scheme == "https") && p.Host != "" && p.User == nil
 }
 
 // RouteOptions shape the route table.

@@ -96,7 +96,7 @@ func BuildPlan(f *fleet.Fleet, weights WeightFunc) (*Plan, error) {
 				}
 				ep := xdsapi.Endpoint{
 					Engine: e.Name, Region: e.Region, Address: e.Address, Weight: weight, Draining: e.Draining, MaxInFlight: e.MaxInFlight,
-					RTTMillis: f.RTTMillis[c.Name][e.Region],
+					RTTMillis: f.RTTMillis[c.Name][e.Region], MetricsURL: e.MetricsURL,
 				}
 				if weight == 0 {
 					ep.Weight, ep.Priority = 1, 1

@@ -180,3 +180,40 @@ func TestZeroWeightEnginesBecomeFailovers(t *testing.T) {
 		}
 	}
 }
+
+// Each endpoint carries its engine's metrics URL (the fleet's metrics_url, by default
+// http://address/metrics) to the sidecar, which scrapes the engine's queue from it; a
+// URL that is not absolute http(s) is refused before it reaches a cache.
+func TestEndpointsCarryMetricsURLs(t *testing.T) {
+	f := mustFleet(t)
+	plan, err := BuildPlan(f, StaticWeights(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := plan.Assignments["region-a"]["llama"]
+	for _, ep := range eps {
+		e, _ := f.Engine(ep.Engine)
+		if ep.MetricsURL == "" || ep.MetricsURL != e.MetricsURL {
+			t.Errorf("engine %s: metrics URL %q, want the fleet's %q", ep.Engine, ep.MetricsURL, e.MetricsURL)
+		}
+	}
+	cla, err := xdsapi.LoadAssignment("model-llama", eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := xdsapi.EndpointsOf(cla)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range back {
+		if back[i].MetricsURL != eps[i].MetricsURL {
+			t.Errorf("decoded metrics URL %q, encoded %q", back[i].MetricsURL, eps[i].MetricsURL)
+		}
+	}
+	for _, bad := range []string{"ftp://10.0.0.1/metrics", "/metrics", "http://user:pw@10.0.0.1/metrics"} {
+		eps[0].MetricsURL = bad
+		if _, err := xdsapi.LoadAssignment("model-llama", eps); err == nil || !strings.Contains(err.Error(), "metrics URL") {
+			t.Errorf("metrics URL %q: error %v, want a refusal naming the metrics URL", bad, err)
+		}
+	}
+}

@@ -61,6 +61,41 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 		}
 	})
 
+	t.Run("the sidecar reads each simulator's queue", func(t *testing.T) {
+		// Requests sent to d0 directly, past Envoy and the sidecar (another router's), show
+		// in the sidecar's view of d0's load: the control server published d0's metrics URL
+		// over EDS, and the sidecar scraped d0's num_requests_running from it.
+		hctx, hcancel := context.WithCancel(ctx)
+		defer hcancel()
+		direct := sdkClient("http://" + s.Engines["d0"].Address)
+		for range 3 {
+			go func() {
+				_, _ = direct.Chat.Completions.New(hctx, openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4000),
+					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("A long answer, please.")}})
+			}()
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			m, err := s.SidecarMetrics(ctx, "region-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			observed := m.ByLabel("meridian_sidecar_engine_observed_work", "engine")
+			scrapes := m.ByLabel("meridian_sidecar_engine_load_scrapes_total", "result")
+			if observed["d0"] > 0 && scrapes["ok"] > 0 {
+				if observed["d1"] != 0 || observed["d2"] != 0 {
+					t.Errorf("observed work %v: only d0 holds other routers' requests", observed)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 15 s the sidecar observes %v of other routers' work (scrapes %v): want d0's three direct requests", observed, scrapes)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		hcancel()
+	})
+
 	t.Run("requests are steered over the engines", func(t *testing.T) {
 		before := len(readAccessLog(t, node.AccessLog))
 		for i := 0; i < 24; i++ {

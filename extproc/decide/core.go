@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +85,10 @@ type Core struct {
 	window    atomic.Int64 // unix nanos at which the current report window began
 	// tablesBuilt counts the picker tables built, by cause (causeView, causePenalties).
 	tablesBuilt [2]atomic.Int64
+	// meanWork is the mean work of this core's requests in flight when an engine's load
+	// was last observed (float64 bits; 0 before any): the work ObserveEngineLoad charges
+	// each request other routers hold.
+	meanWork atomic.Uint64
 }
 
 // modelState is what the request path keeps per model across snapshots: arrival counters
@@ -481,6 +487,73 @@ func (c *Core) InFlight() map[string]int64 {
 	if r := c.routing.Load(); r != nil {
 		for addr, engine := range r.engines {
 			out[engine] = c.loads.InFlight(addr)
+		}
+	}
+	return out
+}
+
+// ObserveEngineLoad records what the engine at addr reports it holds: requests is its
+// running plus waiting requests (vLLM's num_requests_running + num_requests_waiting, as
+// scraped). The requests beyond this core's own in flight there are other routers'
+// (the region's other sidecars): bounded loads and the least-work choice count them,
+// each at the mean work of this core's requests in flight (DecodeWork before it has
+// had any), until the next observation replaces them. A count that is not positive,
+// or NaN, forgets the observation, so a failed scrape falls back to the core's own
+// counts. Call it from the scraper, not per request.
+func (c *Core) ObserveEngineLoad(addr string, requests float64) {
+	others := requests - float64(c.loads.InFlight(addr))
+	if !(others > 0) {
+		c.loads.SetObserved(addr, 0)
+		return
+	}
+	c.loads.SetObserved(addr, int64(math.Round(others*c.requestWork())))
+}
+
+// LoadTarget is an engine whose load gauges the sidecar scrapes.
+type LoadTarget struct {
+	Address    string // the engine's address, as ObserveEngineLoad takes it
+	MetricsURL string
+}
+
+// LoadTargets appends to dst every engine of the current snapshot that has a share of
+// some model (EDS priority 0, not draining) and a published metrics URL, sorted by
+// address: the engines bounded loads weigh, and so the ones worth scraping.
+func (c *Core) LoadTargets(dst []LoadTarget) []LoadTarget {
+	r := c.routing.Load()
+	if r == nil {
+		return dst
+	}
+	start := len(dst)
+	for addr, u := range r.metrics {
+		dst = append(dst, LoadTarget{Address: addr, MetricsURL: u})
+	}
+	slices.SortFunc(dst[start:], func(a, b LoadTarget) int { return strings.Compare(a.Address, b.Address) })
+	return dst
+}
+
+// requestWork is the mean work of the core's requests in flight, or the last such mean
+// when none are, or DecodeWork (a short request's) before any.
+func (c *Core) requestWork() float64 {
+	if n := c.loads.Total(); n > 0 {
+		m := float64(c.loads.TotalWork()) / float64(n)
+		c.meanWork.Store(math.Float64bits(m))
+		return m
+	}
+	if b := c.meanWork.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return float64(max(c.cfg.DecodeWork, 1))
+}
+
+// ObservedLoad returns the work other routers were last observed to hold, per engine
+// name (ObserveEngineLoad), for /debug and tests.
+func (c *Core) ObservedLoad() map[string]int64 {
+	out := map[string]int64{}
+	if r := c.routing.Load(); r != nil {
+		for addr, engine := range r.engines {
+			if w := c.loads.Observed(addr); w > 0 {
+				out[engine] = w
+			}
 		}
 	}
 	return out

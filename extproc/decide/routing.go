@@ -17,6 +17,7 @@ type routing struct {
 	models    map[string]*modelRoute
 	engines   map[string]string        // address -> engine name
 	rtt       map[string]time.Duration // address -> network round trip from this node
+	metrics   map[string]string        // address -> metrics URL, for engines with a share that publish one
 }
 
 type modelRoute struct {
@@ -39,7 +40,8 @@ type failover struct{ address, engine string }
 // every key the same): a penalty on one engine rebuilds only the tables of the models it
 // serves. built is how many tables were built.
 func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads, state func(model string) *modelState, prev *routing) (r *routing, built int, err error) {
-	r = &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{}}
+	r = &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{},
+		metrics: map[string]string{}}
 	if pen != nil {
 		r.penalties = pen.Version
 	}
@@ -55,6 +57,9 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *
 			if e.Priority > 0 {
 				fo = append(fo, failover{e.Address, e.Engine})
 				continue
+			}
+			if e.MetricsURL != "" {
+				r.metrics[e.Address] = e.MetricsURL
 			}
 			eps = append(eps, picker.Endpoint{
 				Address:     e.Address,

@@ -40,16 +40,20 @@
 // once an engine holds (1+ε) × its share, which a sidecar seeing a quarter of a region's
 // traffic rarely observes; the choice moves a long prompt off an engine already busy with
 // more than a prompt's worth of work, to the engine every sidecar ranks next for that key.
+// The choice weighs each engine's work in flight from this process plus the work other
+// routers were last observed to hold on it (Loads.SetObserved: the sidecar scrapes each
+// engine's queue), so sidecars that each send a fraction of an engine's traffic still
+// compare engines as a whole. Bounded loads count only this process's own work.
 // docs/results/README.md has what it bought on the simulator.
 //
 // # Invariants
 //
 //   - A Table is immutable after NewTable returns. Pick takes no locks, allocates
-//     nothing when dst has room, and only reads atomic in-flight counters.
+//     nothing when dst has room, and only reads atomic in-flight and observed counters.
 //   - Two tables built from the same endpoint set (in any order) with the same Config
 //     rank every key identically, on any platform (the ranking uses only exact or
 //     singly rounded IEEE-754 arithmetic, no math.Log); with the same in-flight counts
-//     they Pick identically. This is what lets independent sidecars keep prefix
+//     and observed work they Pick identically. This is what lets independent sidecars keep prefix
 //     affinity without talking to each other.
 //   - In-flight counters (requests and work) live in a Loads, keyed by address, so they
 //     survive table swaps. Tables built for the same pool of engines share one Loads;

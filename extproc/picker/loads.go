@@ -10,8 +10,13 @@ import (
 type counter struct {
 	n atomic.Int64 // requests
 	w atomic.Int64 // work units (see Table.Pick)
-	_ [48]byte
+	x atomic.Int64 // work others hold on the endpoint, as last observed (SetObserved); unused in Loads.total
+	_ [40]byte
 }
+
+// load is the work the endpoint holds as far as this process knows: its own in flight
+// plus what others were last observed to hold.
+func (c *counter) load() int64 { return c.w.Load() + c.x.Load() }
 
 // Loads tracks in-flight requests per endpoint address. It outlives the tables that
 // point into it, so a request started under one table is finished correctly under the
@@ -38,6 +43,38 @@ func (l *Loads) Total() int64 { return l.total.n.Load() }
 
 // TotalWork is the work in flight across every address, in the units given to Start.
 func (l *Loads) TotalWork() int64 { return l.total.w.Load() }
+
+// SetObserved records work that other routers hold on addr, as an outside view (the
+// engine's own queue, scraped) last saw it; it replaces the previous value, and 0 forgets
+// it. The least-work choice counts it with this process's own work, so sidecars that each
+// see a fraction of an engine's traffic judge its load as a whole; bounded loads keep to
+// this process's own counts (see Table.Pick). It takes the Loads' mutex: call it from an
+// observer, not per request.
+func (l *Loads) SetObserved(addr string, work int64) {
+	work = max(work, 0)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.byAddr[addr]
+	if c == nil {
+		if work == 0 {
+			return
+		}
+		c = new(counter)
+		l.byAddr[addr] = c
+	}
+	c.x.Store(work)
+}
+
+// Observed is the work others were last observed to hold on addr (SetObserved).
+func (l *Loads) Observed(addr string) int64 {
+	l.mu.Lock()
+	c := l.byAddr[addr]
+	l.mu.Unlock()
+	if c == nil {
+		return 0
+	}
+	return c.x.Load()
+}
 
 // InFlight is the number of requests in flight to addr.
 func (l *Loads) InFlight(addr string) int64 {

@@ -509,3 +509,48 @@ func TestLeastWorkChoiceFollowsShares(t *testing.T) {
 		}
 	}
 }
+
+// Work others were observed to hold counts in the least-work choice, as if this sidecar
+// had sent it, but not in bounded loads; forgetting it restores the key's own order.
+func TestObservedWorkInformsTheChoice(t *testing.T) {
+	cfg := testConfig()
+	cfg.SpillFloor = 4_000
+	const key = 0xc0ffee
+	loads := NewLoads()
+	a := mustTable(t, cfg, fleet(4, equal), loads)
+	order := a.Pick(key, 1_000, 1_000, nil).Order
+	first := a.Endpoint(order[0]).Address
+
+	// Another sidecar's long prompts on the key's first engine, as its queue showed them.
+	loads.SetObserved(first, 45_000)
+	if got := loads.Observed(first); got != 45_000 {
+		t.Fatalf("Observed = %d, want 45000", got)
+	}
+	r := a.Pick(key, 1_000, 1_000, nil)
+	if r.Order[0] != order[1] || !r.Spilled {
+		t.Errorf("with 45k of others' work on the key's first engine the primary is %d (spilled %v), want the key's next, %d", r.Order[0], r.Spilled, order[1])
+	}
+	// Bounded loads do not count it: every engine is still within its bound (no
+	// endpoint is listed after the within-bound ones out of the key's order).
+	if !slices.Equal(r.Order[1:], append([]int{order[0]}, order[2:len(r.Order)]...)) {
+		t.Errorf("order %v: want the key's first right behind the choice, then the key's order %v", r.Order, order)
+	}
+	// The same observation on the others as well: the key's first is no worse, and keeps it.
+	for _, i := range order[1:] {
+		loads.SetObserved(a.Endpoint(i).Address, 45_000)
+	}
+	if r := a.Pick(key, 1_000, 1_000, nil); r.Order[0] != order[0] || r.Spilled {
+		t.Errorf("equal observed work everywhere: primary %d, want the key's first %d", r.Order[0], order[0])
+	}
+	for i := range a.Len() {
+		loads.SetObserved(a.Endpoint(i).Address, 0)
+	}
+	if got := loads.Observed(first); got != 0 {
+		t.Errorf("Observed after forgetting = %d", got)
+	}
+	// Observed work on an address no table holds is not kept as a counter.
+	loads.SetObserved("10.9.9.9:8000", 0)
+	if n := loads.Prune(a); n != 0 {
+		t.Errorf("Prune forgot %d counters; none should exist beyond the table's", n)
+	}
+}

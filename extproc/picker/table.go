@@ -125,7 +125,12 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 // hold the least work relative to its share after taking the request, where every
 // endpoint but that first one is charged move on top of work (the work it must redo
 // because it lacks the key's cached prefix: the decision core passes the prompt's
-// tokens). Ties keep the first. The others keep the key's order behind it. The
+// tokens). Ties keep the first. Here an endpoint's work is its work in flight plus the
+// work others were last observed to hold on it (Loads.SetObserved): the choice compares
+// engines as a whole. Bounded loads keep to this process's own counts, as the paper's
+// rule does for one balancer: the observed view is tens of milliseconds old, and
+// measured on the simulator, judging bounds on it spilled keys that the choice keeps
+// (docs/results/README.md). The others keep the key's order behind it. The
 // alternatives are the key's next endpoints, the same for every sidecar, so a hot key
 // spills to the same few engines everywhere.
 //
@@ -189,14 +194,14 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 // order) the one that would hold the least work relative to its share after taking the
 // request, charging move to all but the first; see Pick.
 func (t *Table) leastWork(order []int, work, move int64) {
-	w0 := t.ctr[order[0]].w.Load()
+	w0 := t.ctr[order[0]].load()
 	if w0 < t.cfg.SpillFloor {
 		return
 	}
 	best, cost := 0, float64(w0+work)/t.bound[order[0]]
 	for j := 1; j < len(order); j++ {
 		c := order[j]
-		if v := float64(t.ctr[c].w.Load()+work+move) / t.bound[c]; v < cost {
+		if v := float64(t.ctr[c].load()+work+move) / t.bound[c]; v < cost {
 			best, cost = j, v
 		}
 	}

@@ -43,6 +43,8 @@ type Config struct {
 	// is 503. 0 (the default): every shed is 503.
 	SheddableBelow int
 	Priority       PriorityConfig
+	// EngineLoad is the sidecar's own scrape of its engines' load gauges.
+	EngineLoad EngineLoadConfig
 	// ReportInterval is how often load reports go to the control server.
 	ReportInterval time.Duration
 	// PenaltyInterval is how often outlier penalties are re-evaluated.
@@ -69,6 +71,21 @@ type Config struct {
 	// --otlp-endpoint sets one that exports over OTLP/gRPC.
 	Tracer trace.Tracer
 	Log    *slog.Logger
+}
+
+// EngineLoadConfig is the sidecar's scrape of its engines' load gauges (vLLM's
+// num_requests_running and num_requests_waiting on each engine's /metrics, at the URL
+// the control server publishes with the endpoint). It is the sidecar's view of the work
+// other routers hold on each engine: bounded loads and the least-work choice count it
+// with the sidecar's own in-flight work (decide.Core.ObserveEngineLoad).
+type EngineLoadConfig struct {
+	// Interval is how often each engine is scraped; 0 turns the scrape off (the picker
+	// then sees only this sidecar's own requests). The llm-d router's endpoint picker
+	// refreshes its engines' metrics every 50 ms by default.
+	Interval time.Duration `yaml:"scrape_interval"`
+	// Timeout bounds one scrape; a failed or late scrape forgets the engine's observed
+	// load until the next one succeeds.
+	Timeout time.Duration `yaml:"scrape_timeout"`
 }
 
 // PriorityConfig says where a request's priority class comes from. Priorities run from 0
@@ -115,6 +132,7 @@ func (c Config) Validate() error {
 		add(fmt.Errorf("request.affinity_blocks must be in [1, request.max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks))
 	}
 	add(validatePriority(c.Priority, c.Shed.Priorities))
+	add(c.EngineLoad.validate())
 	if c.Decisions < 0 {
 		add(fmt.Errorf("decisions must be >= 0 (got %d)", c.Decisions))
 	}
@@ -161,13 +179,14 @@ func validatePriority(p PriorityConfig, classes int) error {
 // pipeline is: DefaultFile (or ReadFile, which decodes strictly over it), flags over it,
 // Validate (errors name the YAML path), then Build.
 type File struct {
-	Request        FileRequest    `yaml:"request"`
-	Picker         FilePicker     `yaml:"picker"`
-	Outliers       FileOutliers   `yaml:"outliers"`
-	Retry          FileRetry      `yaml:"retry"`
-	Shed           FileShed       `yaml:"shed"`
-	Priority       PriorityConfig `yaml:"priority"`
-	ReportInterval time.Duration  `yaml:"report_interval"`
+	Request        FileRequest      `yaml:"request"`
+	Picker         FilePicker       `yaml:"picker"`
+	Outliers       FileOutliers     `yaml:"outliers"`
+	Retry          FileRetry        `yaml:"retry"`
+	Shed           FileShed         `yaml:"shed"`
+	Priority       PriorityConfig   `yaml:"priority"`
+	EngineLoad     EngineLoadConfig `yaml:"engine_load"`
+	ReportInterval time.Duration    `yaml:"report_interval"`
 }
 
 // FileRequest is the file's request: section.
@@ -243,6 +262,7 @@ func DefaultFile() File {
 			ZeroAt: rt.Curve.ZeroAt, RetryOn: rt.Curve.RetryOn, Ratio: rt.Ratio},
 		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter},
 		Priority:       PriorityConfig{Default: 1, Header: "x-meridian-priority"},
+		EngineLoad:     EngineLoadConfig{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond},
 		ReportInterval: time.Second,
 	}
 }
@@ -326,8 +346,29 @@ func (f File) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := f.EngineLoad.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if f.ReportInterval <= 0 {
 		bad("report_interval", "is %s: want > 0", f.ReportInterval)
+	}
+	return errors.Join(errs...)
+}
+
+// The engine-load scrape's bounds: faster than 10 ms is a busy loop against every engine,
+// and a view older than 10 s says nothing about a queue.
+const (
+	minEngineLoadInterval = 10 * time.Millisecond
+	maxEngineLoadInterval = 10 * time.Second
+)
+
+func (e EngineLoadConfig) validate() error {
+	var errs []error
+	if e.Interval != 0 && (e.Interval < minEngineLoadInterval || e.Interval > maxEngineLoadInterval) {
+		errs = append(errs, fmt.Errorf("engine_load.scrape_interval is %s: want 0 (off) or %s..%s", e.Interval, minEngineLoadInterval, maxEngineLoadInterval))
+	}
+	if e.Interval != 0 && (e.Timeout <= 0 || e.Timeout > maxEngineLoadInterval) {
+		errs = append(errs, fmt.Errorf("engine_load.scrape_timeout is %s: want > 0 and <= %s", e.Timeout, maxEngineLoadInterval))
 	}
 	return errors.Join(errs...)
 }
@@ -369,6 +410,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		SheddableBelow:  f.Shed.SheddableBelow,
 		Decisions:       1024,
 		Priority:        f.Priority,
+		EngineLoad:      f.EngineLoad,
 		ReportInterval:  f.ReportInterval,
 		PenaltyInterval: 250 * time.Millisecond,
 		MaxRequestAge:   15 * time.Minute,

@@ -39,6 +39,9 @@ type metrics struct {
 	latency   metric.Float64Histogram
 	outcomes  metric.Int64Counter
 	servedBy  metric.Int64Counter
+	scrapes   metric.Int64Counter
+	scrapeOK  metric.MeasurementOption
+	scrapeErr metric.MeasurementOption
 
 	mu   sync.RWMutex
 	opts map[[6]string]metric.MeasurementOption
@@ -48,6 +51,7 @@ type metrics struct {
 type gauges interface {
 	penaltyFactors() map[string]float64
 	inFlight() map[string]int64
+	observedLoad() map[string]int64
 	tablesBuilt() (view, penalties int64)
 }
 
@@ -61,7 +65,7 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [12]error
+	var errs [14]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
@@ -73,10 +77,15 @@ func newMetrics(g gauges) (*metrics, error) {
 		metric.WithExplicitBucketBoundaries(5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2))
 	m.outcomes, errs[6] = meter.Int64Counter("meridian_sidecar_outcomes", metric.WithDescription("Completed requests reported by Envoy's access log, by engine and class."))
 	m.servedBy, errs[10] = meter.Int64Counter("meridian_sidecar_served", metric.WithDescription("Steered requests by where a GIE gateway's served report says they were served: primary, fallback or unlisted."))
-	var penalty, inflightGauge metric.Float64ObservableGauge
+	m.scrapes, errs[12] = meter.Int64Counter("meridian_sidecar_engine_load_scrapes",
+		metric.WithDescription("Scrapes of the engines' load gauges (engine_load), by result: ok or error."))
+	m.scrapeOK, m.scrapeErr = metric.WithAttributes(attribute.String("result", "ok")), metric.WithAttributes(attribute.String("result", "error"))
+	var penalty, inflightGauge, observedGauge metric.Float64ObservableGauge
 	var builds metric.Int64ObservableCounter
 	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
 	inflightGauge, errs[8] = meter.Float64ObservableGauge("meridian_sidecar_engine_in_flight", metric.WithDescription("Requests in flight from this sidecar per engine."))
+	observedGauge, errs[13] = meter.Float64ObservableGauge("meridian_sidecar_engine_observed_work",
+		metric.WithDescription("Work (prompt-token equivalents) other routers hold per engine, from its scraped queue (engine_load)."))
 	builds, errs[11] = meter.Int64ObservableCounter("meridian_sidecar_routing_table_builds",
 		metric.WithDescription("Routing tables built, by cause: an EDS update (view) or a change of the published penalties (penalties)."))
 	viewCause, penaltyCause := metric.WithAttributes(attribute.String("cause", "view")), metric.WithAttributes(attribute.String("cause", "penalties"))
@@ -87,17 +96,29 @@ func newMetrics(g gauges) (*metrics, error) {
 		for e, n := range g.inFlight() {
 			o.ObserveFloat64(inflightGauge, float64(n), metric.WithAttributes(attribute.String("engine", e)))
 		}
+		for e, w := range g.observedLoad() {
+			o.ObserveFloat64(observedGauge, float64(w), metric.WithAttributes(attribute.String("engine", e)))
+		}
 		view, pen := g.tablesBuilt()
 		o.ObserveInt64(builds, view, viewCause)
 		o.ObserveInt64(builds, pen, penaltyCause)
 		return nil
-	}, penalty, inflightGauge, builds)
+	}, penalty, inflightGauge, observedGauge, builds)
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("sidecar metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// scraped counts one engine-load scrape.
+func (m *metrics) scraped(ok bool) {
+	o := m.scrapeErr
+	if ok {
+		o = m.scrapeOK
+	}
+	m.scrapes.Add(context.Background(), 1, o)
 }
 
 // opt returns the cached measurement option for up to three label pairs kv (name,

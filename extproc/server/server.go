@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/meridian-router/meridian/extproc/decide"
+	"github.com/meridian-router/meridian/extproc/engineload"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
@@ -90,8 +91,11 @@ func (s *Server) Update(v *xdsapi.View) {
 // Ready reports whether the server has a routing snapshot.
 func (s *Server) Ready() bool { return s.core.Ready() }
 
-// Run re-evaluates penalties and releases lost tickets until ctx is done.
+// Run re-evaluates penalties, releases lost tickets and scrapes the engines' load gauges
+// (EngineLoad) until ctx is done.
 func (s *Server) Run(ctx context.Context) {
+	go engineload.Run(ctx, engineload.Config{Interval: s.cfg.EngineLoad.Interval, Timeout: s.cfg.EngineLoad.Timeout,
+		OnScrape: s.metrics.scraped, Log: s.cfg.Log}, s.core)
 	pen := time.NewTicker(s.cfg.PenaltyInterval)
 	defer pen.Stop()
 	sweep := time.NewTicker(min(s.cfg.MaxRequestAge/4, time.Minute))
@@ -599,6 +603,8 @@ func (s *Server) penaltyFactors() map[string]float64 {
 }
 
 func (s *Server) inFlight() map[string]int64 { return s.core.InFlight() }
+
+func (s *Server) observedLoad() map[string]int64 { return s.core.ObservedLoad() }
 
 func (s *Server) tablesBuilt() (view, penalties int64) { return s.core.TablesBuilt() }
 

@@ -1,0 +1,132 @@
+package enginemetrics
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Load is an engine's queue as its load gauges state it, summed over its series.
+type Load struct {
+	// Running and Waiting are vllm:num_requests_running and vllm:num_requests_waiting.
+	Running, Waiting float64
+}
+
+// Requests is the requests the engine holds: running plus waiting.
+func (l Load) Requests() float64 { return l.Running + l.Waiting }
+
+var (
+	runningName = []byte("vllm:num_requests_running")
+	waitingName = []byte("vllm:num_requests_waiting")
+)
+
+// ParseLoad reads only the two load gauges from a text exposition, line by line, without
+// building metric families: the sidecar reads them every few tens of milliseconds from
+// every engine, and a full Parse of a vLLM exposition (histograms for every latency) costs
+// tens of times more. Series are summed, as Parse sums them. It fails when the exposition
+// carries neither gauge, so an engine that is not vLLM-compatible is not read as idle.
+func ParseLoad(r io.Reader) (Load, error) {
+	var l Load
+	var seenRunning, seenWaiting bool
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] != 'v' {
+			continue // comments, other families
+		}
+		var dst *float64
+		switch {
+		case seriesOf(line, runningName):
+			dst, seenRunning = &l.Running, true
+		case seriesOf(line, waitingName):
+			dst, seenWaiting = &l.Waiting, true
+		default:
+			continue
+		}
+		v, err := sampleValue(line)
+		if err != nil {
+			return Load{}, fmt.Errorf("parse load gauges: %q: %w", line, err)
+		}
+		*dst += v
+	}
+	if err := sc.Err(); err != nil {
+		return Load{}, fmt.Errorf("parse load gauges: %w", err)
+	}
+	if !seenRunning && !seenWaiting {
+		return Load{}, fmt.Errorf("parse load gauges: neither %s nor %s is exposed", runningName, waitingName)
+	}
+	return l, nil
+}
+
+// seriesOf reports whether line is a sample of the metric name (followed by its labels or
+// its value, not by a longer name).
+func seriesOf(line, name []byte) bool {
+	if !bytes.HasPrefix(line, name) || len(line) == len(name) {
+		return false
+	}
+	c := line[len(name)]
+	return c == '{' || c == ' ' || c == '\t'
+}
+
+// sampleValue is the value of a sample line: the first field after the labels (a
+// timestamp may follow it).
+func sampleValue(line []byte) (float64, error) {
+	rest := line
+	if i := bytes.LastIndexByte(rest, '}'); i >= 0 {
+		rest = rest[i+1:]
+	} else if i := bytes.IndexAny(rest, " \t"); i >= 0 {
+		rest = rest[i:]
+	}
+	f := strings.Fields(string(rest))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("no value")
+	}
+	return strconv.ParseFloat(f[0], 64)
+}
+
+// ScrapeLoad fetches url (an engine's /metrics) and reads its load gauges (ParseLoad). It
+// honours ctx and reads at most 16 MiB. Errors wrap ErrScrape.
+func (sc *Scraper) ScrapeLoad(ctx context.Context, url string) (Load, error) {
+	body, err := sc.get(ctx, url)
+	if err != nil {
+		return Load{}, err
+	}
+	defer body.Close()
+	l, err := ParseLoad(io.LimitReader(body, maxBodySize))
+	if err != nil {
+		return Load{}, fmt.Errorf("%w: %s: %w", ErrScrape, url, err)
+	}
+	return l, nil
+}
+
+// get issues the scrape request and returns the body of a 200 text exposition.
+func (sc *Scraper) get(ctx context.Context, url string) (io.ReadCloser, error) {
+	client := sc.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrScrape, url, err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrScrape, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: %s: HTTP %d", ErrScrape, url, resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/vnd.google.protobuf") {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: %s: protobuf exposition is not supported (Content-Type %q)", ErrScrape, url, ct)
+	}
+	return resp.Body, nil
+}
