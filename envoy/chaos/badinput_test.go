@@ -192,7 +192,7 @@ func rss(t *testing.T, p *stack.Proc) int64 {
 
 // steeringIgnored: a client naming an engine or a cluster does not move its request. Each
 // request is sent once the sidecar has heard the previous ones end (their access log
-// records come up to buffer_flush_interval later), so bounded loads see the same idle
+// records come a few milliseconds later), so bounded loads see the same idle
 // engines every time and only a client header could move the request.
 func steeringIgnored(ctx context.Context, t *testing.T, s *stack.Stack) {
 	url := s.Nodes[node].URL
