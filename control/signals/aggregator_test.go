@@ -99,6 +99,27 @@ func TestSuspectIsNotIdle(t *testing.T) {
 	}
 }
 
+// LastWaiting is the last successful scrape's queue as read, while Waiting smooths it;
+// a failed scrape changes neither.
+func TestLastWaitingIsTheLastScrape(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	if es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]; es.LastWaiting != 0 {
+		t.Fatalf("never scraped: last waiting %v, want 0", es.LastWaiting)
+	}
+	a.ObserveScrape("e1", enginemetrics.Sample{Waiting: 0})
+	clk.advance(2 * time.Second)
+	a.ObserveScrape("e1", enginemetrics.Sample{Waiting: 30})
+	clk.advance(2 * time.Second)
+	a.ObserveScrapeError("e1", enginemetrics.ErrScrape)
+	es := a.Snapshot([]EngineSpec{spec}).Engines["e1"]
+	if es.LastWaiting != 30 {
+		t.Fatalf("last waiting %v, want the last successful scrape's 30", es.LastWaiting)
+	}
+	if !(es.Waiting > 0 && es.Waiting < 30) {
+		t.Fatalf("smoothed waiting %v, want between the two scrapes", es.Waiting)
+	}
+}
+
 func TestScrapeRates(t *testing.T) {
 	a, clk := newTestAggregator(t)
 	h := func(count, sum float64) enginemetrics.Histogram {

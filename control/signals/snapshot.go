@@ -92,6 +92,9 @@ type EngineState struct {
 	LastError  string    `json:"last_error,omitempty"`
 	// Missing lists vLLM signals the engine's /metrics lacks.
 	Missing []string `json:"missing,omitempty"`
+	// LastWaiting is Waiting as the last successful scrape read it, unsmoothed: a queue
+	// that builds shows here one scrape later, not a half-life later.
+	LastWaiting float64 `json:"last_waiting"`
 }
 
 // Snapshot is the aggregated inputs at one instant. It is a copy: the
@@ -282,6 +285,9 @@ func (a *Aggregator) engineState(st *engineState, spec EngineSpec, views engineV
 		LastServed:    st.lastServed,
 		LastError:     st.lastError,
 		Missing:       slices.Clone(st.missing),
+	}
+	if st.prev != nil {
+		es.LastWaiting = st.prev.Waiting
 	}
 	switch {
 	case es.ErrorRate >= a.cfg.FailingErrorRate:
