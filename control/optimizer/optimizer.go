@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/meridian-router/meridian/control/fleet"
@@ -41,6 +42,18 @@ type Config struct {
 	RetryBudget policy.RetryCurve
 	// SolveTimeout bounds one solve.
 	SolveTimeout time.Duration
+	// ShedBacklog, when > 0, holds the LP's shed fraction back from a node until the
+	// engines its flow uses hold this much queue: their waiting requests at the last
+	// scrape (vllm:num_requests_waiting), flow-weighted, in seconds of their capacity
+	// (waiting / (capacity × penalty)). The LP sheds whatever smoothed demand exceeds
+	// RhoMax × capacity, bursts included; with a backlog required, a burst the engines'
+	// queues absorb is served, and demand they cannot hold is shed once it queues. A node
+	// whose engines' queues are not known (last scrape failed or stale, or no
+	// vllm:num_requests_waiting) gets the LP's fraction as is. 0 (the default) sends the
+	// fraction whenever the LP sheds. Engines that admit every request into their running
+	// batch (chunked prefill, a large max_num_seqs) never queue: their overload shows as
+	// a growing batch and inter-token latency, which this does not see.
+	ShedBacklog time.Duration
 }
 
 // DefaultConfig is the control server's default.
@@ -85,6 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("probe demand %v must be > 0", c.ProbeDemand)
 	case c.SolveTimeout <= 0:
 		return errors.New("solve timeout must be > 0")
+	case c.ShedBacklog < 0:
+		return fmt.Errorf("shed backlog %v must be >= 0 (0: shed whenever the plan does)", c.ShedBacklog)
 	}
 	return nil
 }
@@ -105,6 +120,10 @@ type EngineInput struct {
 	Suspect bool
 	// Penalty in (0, 1] scales the engine's capacity (sidecars' outlier penalties).
 	Penalty float64
+	// Waiting is the engine's queue at its last scrape, vllm:num_requests_waiting,
+	// when WaitingKnown: its last scrape succeeded, is fresh and has the metric.
+	Waiting      float64
+	WaitingKnown bool
 }
 
 // InputsFrom takes what control/signals aggregated (smoothed demand, fitted curves,
@@ -112,7 +131,8 @@ type EngineInput struct {
 func InputsFrom(snap signals.Snapshot) Inputs {
 	in := Inputs{Demand: snap.Demand, Engines: make(map[string]EngineInput, len(snap.Engines))}
 	for name, st := range snap.Engines {
-		ei := EngineInput{Suspect: st.Suspect, Penalty: st.Penalty}
+		ei := EngineInput{Suspect: st.Suspect, Penalty: st.Penalty, Waiting: st.LastWaiting,
+			WaitingKnown: st.State == signals.OK && st.LastError == "" && !slices.Contains(st.Missing, waitingMetric)}
 		if st.Fitted {
 			c := st.Curve
 			ei.Curve = &c
@@ -121,6 +141,9 @@ func InputsFrom(snap signals.Snapshot) Inputs {
 	}
 	return in
 }
+
+// waitingMetric is the vLLM signal behind EngineInput.Waiting.
+const waitingMetric = "vllm:num_requests_waiting"
 
 // Result is one period's outcome.
 type Result struct {
@@ -131,6 +154,28 @@ type Result struct {
 	Changed bool
 	// Policies[node] is what the node's sidecars should enforce.
 	Policies map[string]*meridianv1.Policy
+}
+
+// ShedFraction is the share of node's demand for model that its policy tells the sidecars
+// to shed: the LP's, unless Config.ShedBacklog holds it back.
+func (r *Result) ShedFraction(node, model string) float64 {
+	for _, s := range r.Policies[node].GetShed() {
+		if s.GetModel() == model {
+			return s.GetFraction()
+		}
+	}
+	return 0
+}
+
+// ShedRPS is the rate, in req/s, the policies tell the sidecars to shed.
+func (r *Result) ShedRPS() float64 {
+	total := 0.0
+	for c, node := range r.Solution.Clusters {
+		for m, model := range r.Solution.Models {
+			total += r.ShedFraction(node, model) * r.Solution.Demand[c][m]
+		}
+	}
+	return total
 }
 
 // Optimizer keeps the state carried between periods.
@@ -170,7 +215,7 @@ func (o *Optimizer) Step(ctx context.Context, f *fleet.Fleet, in Inputs) (*Resul
 		o.weights = next
 		o.seq++
 	}
-	return &Result{Solution: sol, Weights: o.weights, Changed: changed, Policies: o.policies(f, sol)}, nil
+	return &Result{Solution: sol, Weights: o.weights, Changed: changed, Policies: o.policies(f, sol, in)}, nil
 }
 
 func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
@@ -349,8 +394,11 @@ func union(a, b map[string]uint32) map[string]struct{} {
 	return u
 }
 
-// policies derives each node's shed fractions and planned utilization.
-func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution) map[string]*meridianv1.Policy {
+// policies derives each node's shed fractions and planned utilization. The LP's shed
+// fraction for a (node, model) is sent only while the engines its flow uses hold a backlog
+// (Config.ShedBacklog); the planned utilization says demand exceeds capacity either way,
+// so the retry budget still closes.
+func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution, in Inputs) map[string]*meridianv1.Policy {
 	capacity := map[string]float64{}
 	for _, e := range f.Engines {
 		capacity[e.Name] = e.CapacityRPS
@@ -360,9 +408,13 @@ func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution) map[string]*m
 	for c, node := range sol.Clusters {
 		p := &meridianv1.Policy{RetryBudget: budget}
 		var flow, util float64
+		over := false
 		for m, model := range sol.Models {
 			if fr := sol.ShedFraction(c, m); fr > 1e-6 {
-				p.Shed = append(p.Shed, &meridianv1.ModelShed{Model: model, Fraction: fr})
+				over = true
+				if o.cfg.ShedBacklog <= 0 || o.backlog(sol, c, m, capacity, in) >= o.cfg.ShedBacklog.Seconds() {
+					p.Shed = append(p.Shed, &meridianv1.ModelShed{Model: model, Fraction: fr})
+				}
 			}
 			for e, x := range sol.Flow[c][m] {
 				if x > 0 && capacity[sol.Engines[e]] > 0 {
@@ -374,13 +426,39 @@ func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution) map[string]*m
 		if flow > 0 {
 			p.Utilization = util / flow // flow-weighted utilization of the engines this node uses
 		}
-		if len(p.Shed) > 0 {
+		if over {
 			p.Utilization = math.Max(p.Utilization, 1) // demand exceeds capacity
 		}
 		p.Version = policyVersion(p)
 		out[node] = p
 	}
 	return out
+}
+
+// backlog is the queued work, in seconds of capacity, that the engines cluster c's flow of
+// model m uses hold (flow-weighted): +Inf when some queue is not known.
+func (o *Optimizer) backlog(sol *solver.Solution, c, m int, capacity map[string]float64, in Inputs) float64 {
+	var flow, queued float64
+	for e, x := range sol.Flow[c][m] {
+		if x <= 0 {
+			continue
+		}
+		name := sol.Engines[e]
+		ei, known := in.Engines[name]
+		engCap := capacity[name]
+		if known && ei.Penalty > 0 && ei.Penalty < 1 {
+			engCap *= ei.Penalty
+		}
+		if !known || !ei.WaitingKnown || engCap <= 0 {
+			return math.Inf(1)
+		}
+		flow += x
+		queued += x * ei.Waiting / engCap
+	}
+	if flow <= 0 {
+		return math.Inf(1)
+	}
+	return queued / flow
 }
 
 // policyVersion fingerprints a policy so that sidecars only see a change when there is one.

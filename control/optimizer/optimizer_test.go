@@ -4,8 +4,10 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/meridian-router/meridian/control/fleet"
+	"github.com/meridian-router/meridian/control/signals"
 )
 
 const twoRegions = `
@@ -265,5 +267,117 @@ func TestShareStepsAreLimited(t *testing.T) {
 	}
 	if w := res.Weights["region-a"]["m"]["a-0"]; w != 0 {
 		t.Fatalf("a suspect engine kept weight %d: the step limit must not hold it", w)
+	}
+}
+
+// shedRPS sums what the policies tell the sidecars of both regions (25 req/s each) to shed.
+func shedRPS(res *Result) float64 {
+	return (res.ShedFraction("region-a", "m") + res.ShedFraction("region-b", "m")) * 25
+}
+
+// queues gives every engine of twoRegions (10 req/s each) a scraped queue of waiting requests.
+func queues(in Inputs, waiting float64) Inputs {
+	in.Engines = map[string]EngineInput{}
+	for _, e := range []string{"a-0", "a-1", "b-0", "b-1"} {
+		in.Engines[e] = EngineInput{Waiting: waiting, WaitingKnown: true}
+	}
+	return in
+}
+
+// With ShedBacklog set, demand above the plan's capacity is shed only once the engines
+// queue: a burst their queues absorb (nothing waiting) is served, a fleet whose queues
+// hold more than the backlog sheds the LP's excess, and engines whose queue is not known
+// get the LP's shedding. Either way the policies say demand exceeds capacity, so the
+// retry budget closes.
+func TestShedWaitsForTheEnginesToQueue(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	cfg := DefaultConfig()
+	cfg.ShedBacklog = 500 * time.Millisecond
+	o, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Capacity at ρmax is 36 req/s; 50 offered: the LP sheds 14.
+	res, err := o.Step(ctx, f, queues(demand(25, 25), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := shedRPS(res); s != 0 {
+		t.Fatalf("shed %.2f req/s with nothing waiting at any engine: the queues absorb a burst", s)
+	}
+	if s := res.ShedRPS(); s != 0 {
+		t.Fatalf("Result.ShedRPS %.2f with no policy shedding", s)
+	}
+	for node, p := range res.Policies {
+		if p.GetUtilization() < 1 {
+			t.Fatalf("%s: utilization %.2f < 1 while demand exceeds capacity", node, p.GetUtilization())
+		}
+	}
+	// 4 waiting at 10 req/s is 0.4 s of queue: still below the backlog.
+	if res, err = o.Step(ctx, f, queues(demand(25, 25), 4)); err != nil {
+		t.Fatal(err)
+	}
+	if s := shedRPS(res); s != 0 {
+		t.Fatalf("shed %.2f req/s with 0.4 s queued, below the 0.5 s backlog", s)
+	}
+	// 6 waiting is 0.6 s: the fleet is not keeping up.
+	if res, err = o.Step(ctx, f, queues(demand(25, 25), 6)); err != nil {
+		t.Fatal(err)
+	}
+	if s := shedRPS(res); s < 13.9 || s > 14.1 {
+		t.Fatalf("shed %.2f req/s with 0.6 s queued, want the 14 req/s excess", s)
+	}
+	if s := res.ShedRPS(); s < 13.9 || s > 14.1 {
+		t.Fatalf("Result.ShedRPS %.2f, want the 14 req/s the policies shed", s)
+	}
+	// One engine's queue unknown (its scrape failed): its nodes get the LP's shedding.
+	in := queues(demand(25, 25), 0)
+	in.Engines["a-0"] = EngineInput{}
+	if res, err = o.Step(ctx, f, in); err != nil {
+		t.Fatal(err)
+	}
+	if res.ShedFraction("region-a", "m") == 0 && res.ShedFraction("region-b", "m") == 0 {
+		t.Fatal("no shedding although an engine the plan uses has no known queue")
+	}
+}
+
+// The default sends the LP's shedding as is, whatever the queues.
+func TestShedBacklogOffByDefault(t *testing.T) {
+	if b := DefaultConfig().ShedBacklog; b != 0 {
+		t.Fatalf("default shed backlog %v, want 0", b)
+	}
+	o, _ := New(DefaultConfig())
+	res, err := o.Step(context.Background(), mustFleet(t, twoRegions), queues(demand(25, 25), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := shedRPS(res); s < 13.9 || s > 14.1 {
+		t.Fatalf("shed %.2f req/s, want the 14 req/s excess", s)
+	}
+	cfg := DefaultConfig()
+	cfg.ShedBacklog = -time.Second
+	if _, err := New(cfg); err == nil {
+		t.Fatal("a negative shed backlog was accepted")
+	}
+}
+
+// An engine's queue counts only from a fresh, successful scrape that has the metric.
+func TestInputsFromKnowsAQueueOnlyFromAFreshScrape(t *testing.T) {
+	snap := signals.Snapshot{Engines: map[string]signals.EngineState{
+		"fresh":    {State: signals.OK, Waiting: 2, LastWaiting: 7},
+		"stale":    {State: signals.Degraded, LastWaiting: 7},
+		"failed":   {State: signals.OK, LastWaiting: 7, LastError: "connection refused"},
+		"nometric": {State: signals.OK, Missing: []string{"vllm:num_requests_waiting"}},
+		"unknown":  {State: signals.Unknown},
+	}}
+	in := InputsFrom(snap)
+	if e := in.Engines["fresh"]; !e.WaitingKnown || e.Waiting != 7 {
+		t.Fatalf("fresh scrape: %+v, want the last scrape's 7 waiting, known", e)
+	}
+	for _, name := range []string{"stale", "failed", "nometric", "unknown"} {
+		if in.Engines[name].WaitingKnown {
+			t.Errorf("%s: queue taken as known", name)
+		}
 	}
 }

@@ -417,13 +417,7 @@ func (s *Server) step(ctx context.Context, f *fleet.Fleet, newFleet bool) error 
 	if res != nil {
 		s.reports.setPolicies(res.Policies)
 		s.metrics.objective.Set(res.Solution.Objective)
-		shed := 0.0
-		for _, row := range res.Solution.Shed {
-			for _, x := range row {
-				shed += x
-			}
-		}
-		s.metrics.shedRPS.Set(shed)
+		s.metrics.shedRPS.Set(res.ShedRPS())
 	}
 	s.mu.Lock()
 	s.fleet, s.snap, s.solveErr = f, snap, solveErr

@@ -100,9 +100,9 @@ func (s *Server) state() State {
 		for e, name := range sol.Engines {
 			load[name] = sol.Load[e]
 		}
-		for c, node := range sol.Clusters {
-			for m, model := range sol.Models {
-				shed[[2]string{node, model}] = sol.ShedFraction(c, m)
+		for _, node := range sol.Clusters {
+			for _, model := range sol.Models {
+				shed[[2]string{node, model}] = res.ShedFraction(node, model)
 			}
 		}
 		st.Solver = &SolverState{

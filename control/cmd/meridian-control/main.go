@@ -46,6 +46,7 @@ func main() {
 	fs.Float64Var(&cfg.Optimizer.Params.MoveCost, "move-cost", cfg.Optimizer.Params.MoveCost, "price in seconds of moving 1 req/s between engines (anti-oscillation)")
 	fs.Float64Var(&cfg.Optimizer.MinShareChange, "min-share-change", cfg.Optimizer.MinShareChange, "smallest share change worth publishing, in [0,1)")
 	fs.Float64Var(&cfg.Optimizer.MaxShareStep, "max-share-step", cfg.Optimizer.MaxShareStep, "most an engine's share moves per solve while its engines stay healthy, in (0,1] (1: no limit)")
+	fs.DurationVar(&cfg.Optimizer.ShedBacklog, "shed-backlog", cfg.Optimizer.ShedBacklog, "send the plan's shed fraction only while the engines a cluster uses queue this much work (waiting / capacity; 0: whenever the plan sheds)")
 	fs.Float64Var(&cfg.Optimizer.DefaultCurve.Base, "default-latency", cfg.Optimizer.DefaultCurve.Base, "engine latency in seconds at no load, until one is learned")
 	fs.Float64Var(&cfg.Optimizer.DefaultCurve.Queue, "default-queueing", cfg.Optimizer.DefaultCurve.Queue, "engine queueing coefficient in seconds, until one is learned")
 	rb := &cfg.Optimizer.RetryBudget
