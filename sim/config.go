@@ -62,6 +62,9 @@ type Config struct {
 	// Retries is how many further engines a baseline proxy tries after a failed attempt
 	// (Envoy's num_retries).
 	Retries int
+	// ShedBacklog is meridian's control server --shed-backlog (optimizer.Config.ShedBacklog;
+	// 0, the default, sheds whenever the plan does).
+	ShedBacklog time.Duration
 	// Deployment is how every policy but meridian's is deployed (see Deployment); empty
 	// means DeployRegion.
 	Deployment Deployment

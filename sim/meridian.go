@@ -143,6 +143,7 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 	if m.agg, err = signals.NewAggregator(t.signals, m.clock.Now); err != nil {
 		return nil, fmt.Errorf("signals: %w", err)
 	}
+	t.optimizer.ShedBacklog = cfg.ShedBacklog
 	if m.opt, err = optimizer.New(t.optimizer); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
@@ -223,7 +224,7 @@ func (m *meridian) Route(now time.Duration, r *Request) Route {
 	d := sc.core.Route(decide.Request{Model: meridianModel, Key: r.Key, Priority: m.cfg.Priority.Default,
 		PromptBytes: r.InputTokens * decide.BytesPerToken, BodyBytes: r.InputTokens * decide.BytesPerToken}, m.buf[:0])
 	if d.Verdict != decide.Steer {
-		return Route{} // shed (or no engine): the proxy answers 503 at once
+		return Route{ShedReason: d.Verdict.String()} // shed (or no engine): the proxy answers 503 at once
 	}
 	m.engineBuf = d.AppendEngines(m.engineBuf[:0])
 	out := make([]int, len(m.engineBuf))

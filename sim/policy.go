@@ -43,6 +43,10 @@ type Route struct {
 	// UnsentOnly limits the retries to attempts that never reached an engine (a refused
 	// connection), as Envoy's retry_on "connect-failure,refused-stream" does.
 	UnsentOnly bool
+	// ShedReason, for a route without engines, says why the request was refused (for
+	// meridian, the sidecar's verdict: shed_quota, shed_limit, no_engine); results count
+	// sheds by it. Empty when the policy does not say.
+	ShedReason string
 }
 
 // OutcomeKind says which point of an attempt an Outcome reports.

@@ -15,7 +15,9 @@ type Result struct {
 	Requests  int    `json:"requests"`
 	Completed int    `json:"completed"`
 	Shed      int    `json:"shed"`
-	Failed    int    `json:"failed"`
+	// ShedReasons counts Shed by Route.ShedReason ("" when the policy gives none).
+	ShedReasons map[string]int `json:"shed_reasons,omitempty"`
+	Failed      int            `json:"failed"`
 	// ShedRate is Shed / Requests.
 	ShedRate float64 `json:"shed_rate"`
 	// Latencies in milliseconds, over completed requests, measured at the client.
@@ -72,6 +74,7 @@ type recorder struct {
 	ttft, e2e         []float64
 	itl               logHist
 	shed, failed      int
+	shedReasons       map[string]int
 	hitBlocks, refs   int
 	retries, tooLarge int
 	samples           []WeightSample
@@ -116,6 +119,10 @@ func (rc *recorder) finish(st *reqState) {
 		rc.hitBlocks += st.hitBlocks
 	case shed:
 		rc.shed++
+		if rc.shedReasons == nil {
+			rc.shedReasons = map[string]int{}
+		}
+		rc.shedReasons[st.route.ShedReason]++
 	case failed:
 		rc.failed++
 	}
@@ -139,7 +146,7 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 	ms := func(sorted []float64, p float64) float64 { return 1000 * trace.Percentile(sorted, p) }
 	res := Result{
 		Policy: name, Scenario: string(cfg.Scenario), Requests: n, Completed: len(rc.ttft),
-		Shed: rc.shed, Failed: rc.failed + n - rc.finished, ShedRate: float64(rc.shed) / float64(n),
+		Shed: rc.shed, ShedReasons: rc.shedReasons, Failed: rc.failed + n - rc.finished, ShedRate: float64(rc.shed) / float64(n),
 		TTFTP50: ms(rc.ttft, 50), TTFTP90: ms(rc.ttft, 90), TTFTP99: ms(rc.ttft, 99),
 		ITLP50: 1000 * rc.itl.quantile(0.50), ITLP99: 1000 * rc.itl.quantile(0.99),
 		E2EP99: ms(rc.e2e, 99), KVHitUpperBound: w.UpperBound,

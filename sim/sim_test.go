@@ -208,3 +208,29 @@ func TestLogHistQuantile(t *testing.T) {
 		}
 	}
 }
+
+// Sheds are counted by the sidecar's verdict. Under overload meridian's come from the
+// control server's shed fraction, and they still do when the control server waits for the
+// engines to queue before it sends one (--shed-backlog): overload makes them queue.
+func TestOverloadShedsAreCountedByReason(t *testing.T) {
+	tr := conversationTrace(450, 3)
+	for _, backlog := range []time.Duration{0, 500 * time.Millisecond} {
+		cfg := testSimConfig(t, tr, Overload)
+		cfg.Policies = []string{"meridian-defaults"}
+		cfg.ShedBacklog = backlog
+		res, _, err := Run(context.Background(), cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res[0]
+		counted := 0
+		for _, n := range r.ShedReasons {
+			counted += n
+		}
+		t.Logf("shed backlog %v: %d of %d shed, %v", backlog, r.Shed, r.Requests, r.ShedReasons)
+		if r.Shed == 0 || counted != r.Shed || r.ShedReasons["shed_quota"] == 0 {
+			t.Errorf("shed backlog %v: %d shed, by reason %v: want every shed counted, the quota's among them",
+				backlog, r.Shed, r.ShedReasons)
+		}
+	}
+}

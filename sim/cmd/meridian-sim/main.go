@@ -41,6 +41,7 @@ type options struct {
 	deployments []sim.Deployment
 	replicas    int
 	kvDelay     time.Duration
+	shedBacklog time.Duration
 	slo         sim.SLO
 	capacity    bool
 	target      float64
@@ -107,6 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var deployments string
 	fs.StringVar(&deployments, "deployment", string(sim.DeployRegion), "router deployment: region or global (--capacity: a comma-separated list)")
 	fs.IntVar(&o.replicas, "replicas", 4, "router replicas (and meridian sidecars) per region pool")
+	fs.DurationVar(&o.shedBacklog, "shed-backlog", 0, "meridian's control server --shed-backlog: shed only while the engines queue this much work (0: whenever the plan sheds, the default)")
 	fs.DurationVar(&o.kvDelay, "kv-event-delay", 50*time.Millisecond, "time from an engine's KV-cache event to the routers subscribed to it")
 	def := sim.DefaultSLO()
 	fs.DurationVar(&o.slo.TTFTBase, "slo-ttft", def.TTFTBase, "SLO: fixed TTFT allowance")
@@ -151,6 +153,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if len(o.deployments) > 1 && !o.capacity {
 		return o, errors.New("--deployment takes several values only with --capacity")
+	}
+	if o.shedBacklog < 0 {
+		return o, fmt.Errorf("--shed-backlog %v must be >= 0", o.shedBacklog)
 	}
 	if o.replicas < 1 {
 		return o, fmt.Errorf("--replicas %d must be at least 1", o.replicas)
@@ -244,7 +249,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	base := sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
 		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
 		Seed: o.seed, TTFTSLO: o.goodputSLO, Retries: o.retries, Deployment: o.deployments[0],
-		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo}
+		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog}
 	if base.Deployment == sim.DeployGlobal {
 		base.Replicas = 1
 	}
