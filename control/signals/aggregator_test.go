@@ -2,6 +2,7 @@ package signals
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -292,5 +293,23 @@ func TestClassSharesOneCurve(t *testing.T) {
 	}
 	if slow.Curve != slow.OwnCurve || slow.Curve.Latency(25, 50) < 2*fast.Curve.Latency(25, 50) {
 		t.Fatalf("the slow engine (own %+v) plans with %+v; its class's is %+v", slow.OwnCurve, slow.Curve, fast.Curve)
+	}
+}
+
+// A node's demand is summed over its sidecars in one order, so the same reports give the
+// same snapshot to the last bit (and the optimizer the same plan) on every run; summed in
+// Go's map order, 0.1 + 0.2 + 0.3 rounds differently run to run.
+func TestSnapshotIsTheSameBitForBit(t *testing.T) {
+	a, _ := newTestAggregator(t)
+	for i := range 40 {
+		if err := a.ObserveReport(report("n", fmt.Sprintf("s%02d", i), 0.1*float64(i%7+1)+1e-9*float64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
+	for range 50 {
+		if got := a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]; math.Float64bits(got) != math.Float64bits(first) {
+			t.Fatalf("demand %v, then %v: the sum depends on map order", first, got)
+		}
 	}
 }

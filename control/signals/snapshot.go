@@ -1,9 +1,11 @@
 package signals
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/meridian-router/meridian/control/solver"
@@ -225,8 +227,8 @@ func (v engineViews) errorRate() float64 {
 // reporterViews combines every live reporter's view of each engine; a.mu is held.
 func (a *Aggregator) reporterViews(now time.Time) map[string]engineViews {
 	out := map[string]engineViews{}
-	for _, sc := range a.sidecars {
-		for name, rv := range sc.engines {
+	for _, key := range a.sidecarOrder() {
+		for name, rv := range a.sidecars[key].engines {
 			v := out[name]
 			v.reporters++
 			v.penaltySum += rv.penaltyAt(now, a.cfg.HalfLife)
@@ -241,9 +243,24 @@ func (a *Aggregator) reporterViews(now time.Time) map[string]engineViews {
 	return out
 }
 
+// sidecarOrder is every sidecar's key, sorted: sums over sidecars run in this order, so
+// that a snapshot (and the plan solved from it) is the same bit for bit on every run, not
+// rounded differently with Go's map order. a.mu is held.
+func (a *Aggregator) sidecarOrder() []sidecarKey {
+	keys := make([]sidecarKey, 0, len(a.sidecars))
+	for k := range a.sidecars {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y sidecarKey) int {
+		return cmp.Or(strings.Compare(x.node, y.node), strings.Compare(x.sidecar, y.sidecar))
+	})
+	return keys
+}
+
 func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
 	fresh := map[string]bool{}
-	for key, sc := range a.sidecars {
+	for _, key := range a.sidecarOrder() {
+		sc := a.sidecars[key]
 		age := now.Sub(sc.last)
 		if age > a.cfg.ForgetAfter {
 			delete(a.sidecars, key)
