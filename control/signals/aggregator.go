@@ -30,10 +30,12 @@ type Config struct {
 	Fit              FitConfig `json:"fit"`
 }
 
-// DefaultConfig suits a 1 s control period and scrapes every few seconds.
+// DefaultConfig is what meridian-control ships with: a 1 s control period and scrapes every
+// few seconds. Demand reacts within seconds (a 3 s half-life), and the simulator runs the
+// same value, so what is measured is what ships.
 func DefaultConfig() Config {
 	return Config{
-		HalfLife:         10 * time.Second,
+		HalfLife:         3 * time.Second,
 		StaleAfter:       15 * time.Second,
 		ForgetAfter:      5 * time.Minute,
 		FailingErrorRate: 0.5,

@@ -37,8 +37,6 @@ func main() {
 	cfg.Optimizer = optimizer.DefaultConfig()
 	fs.DurationVar(&cfg.SolvePeriod, "solve-period", time.Second, "how often the optimizer re-solves")
 	cfg.Signals = signals.DefaultConfig()
-	// Demand reacts within seconds; the signals' default half-life suits slower loops.
-	cfg.Signals.HalfLife = 3 * time.Second
 	fs.DurationVar(&cfg.ScrapeInterval, "scrape-interval", 2*time.Second, "how often every engine's /metrics is scraped")
 	fs.DurationVar(&cfg.Signals.HalfLife, "signal-half-life", cfg.Signals.HalfLife, "EWMA half-life of demand and engine signals")
 	fs.DurationVar(&cfg.Signals.StaleAfter, "stale-after", cfg.Signals.StaleAfter, "an engine neither scraped nor seen answering for this long is suspect and gets no traffic")
