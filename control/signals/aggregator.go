@@ -17,6 +17,13 @@ import (
 type Config struct {
 	// HalfLife is the EWMA half-life of every smoothed signal.
 	HalfLife time.Duration `json:"half_life"`
+	// DemandEvidence is how many requests a (node, model) demand estimate rests on at
+	// least: where the node's demand is low, its half-life grows from HalfLife to
+	// DemandEvidence / demand (up to MaxDemandHalfLife), so that Poisson noise in a few
+	// requests per second does not move the plan. 0 keeps HalfLife at every rate.
+	DemandEvidence float64 `json:"demand_evidence"`
+	// MaxDemandHalfLife caps the half-life DemandEvidence may give a demand estimate.
+	MaxDemandHalfLife time.Duration `json:"max_demand_half_life"`
 	// StaleAfter is how long an engine may go without a successful scrape
 	// (and without a sidecar seeing it answer) before it is Suspect. It is
 	// also the grace a newly listed engine gets before its first scrape.
@@ -35,7 +42,9 @@ type Config struct {
 // same value, so what is measured is what ships.
 func DefaultConfig() Config {
 	return Config{
-		HalfLife:         3 * time.Second,
+		HalfLife:          3 * time.Second,
+		DemandEvidence:    DefaultDemandEvidence,
+		MaxDemandHalfLife: time.Minute,
 		StaleAfter:       15 * time.Second,
 		ForgetAfter:      5 * time.Minute,
 		FailingErrorRate: 0.5,
@@ -48,6 +57,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.HalfLife <= 0:
 		return fmt.Errorf("signals.half_life %v must be > 0", c.HalfLife)
+	case !(c.DemandEvidence >= 0) || math.IsInf(c.DemandEvidence, 1):
+		return fmt.Errorf("signals.demand_evidence %v must be a finite value >= 0 (0: the half-life alone)", c.DemandEvidence)
+	case c.DemandEvidence > 0 && c.MaxDemandHalfLife < c.HalfLife:
+		return fmt.Errorf("signals.max_demand_half_life %v must be >= half_life %v", c.MaxDemandHalfLife, c.HalfLife)
 	case c.StaleAfter <= 0:
 		return fmt.Errorf("signals.stale_after %v must be > 0", c.StaleAfter)
 	case c.ForgetAfter < c.StaleAfter:
@@ -76,13 +89,54 @@ type Aggregator struct {
 	mu       sync.Mutex
 	engines  map[string]*engineState
 	sidecars map[sidecarKey]*sidecarState
+	// demand is each node's demand per model at the last Snapshot, for the half-life of
+	// the next reports' demand (Config.DemandEvidence).
+	demand map[string]map[string]float64
+	// following[node][model] is until when the node's demand follows its fast estimate,
+	// after a shift (demandEstimate).
+	following map[string]map[string]time.Time
+}
+
+// DefaultDemandEvidence is the shipped Config.DemandEvidence.
+const DefaultDemandEvidence = 50
+
+// demandEstimate is one sidecar's demand for one model, smoothed twice: fast with
+// HalfLife, slow with the half-life DemandEvidence gives. The node's demand is the slow
+// sum, until the fast sum leaves it by more than shiftSigmas standard deviations of the
+// fast one's noise: then the demand has moved (a step, not noise), and for shiftFollow
+// half-lives the node's demand is the fast sum, every slow estimate kept at its fast one.
+type demandEstimate struct{ fast, slow ewma }
+
+// shiftFollow is how many HalfLife spans the demand follows the fast estimate after a
+// shift: three take the fast estimate 7/8 of the way to a step.
+const shiftFollow = 3
+
+// shiftSigmas is how far, in standard deviations of Poisson noise, a node's fast demand
+// must leave its slow demand to count as a shift: at 2.5, noise passes for one about
+// once per 80 independent looks, and a doubling of 2 req/s is seen within seconds.
+const shiftSigmas = 2.5
+
+// demandHalfLife is the half-life of node's demand for model: HalfLife, lengthened where
+// the node's last demand is too low for DemandEvidence requests per half-life. a.mu is
+// held.
+func (a *Aggregator) demandHalfLife(node, model string) time.Duration {
+	hl := a.cfg.HalfLife
+	if a.cfg.DemandEvidence <= 0 {
+		return hl
+	}
+	rate := a.demand[node][model]
+	if rate <= 0 {
+		return hl // no estimate yet: the first reports set it
+	}
+	want := time.Duration(a.cfg.DemandEvidence / rate * float64(time.Second))
+	return min(max(hl, want), a.cfg.MaxDemandHalfLife)
 }
 
 type sidecarKey struct{ node, sidecar string }
 
 type sidecarState struct {
 	last   time.Time
-	demand map[string]*ewma // by model, req/s
+	demand map[string]*demandEstimate // by model, req/s
 	// engines is what this sidecar said of each engine. It is kept per reporter, not
 	// folded into the engine's state, so that it leaves with the reporter: a forged or
 	// stale view of an engine ends with the stream that sent it (ForgetSidecar), and
@@ -208,17 +262,18 @@ func (a *Aggregator) ObserveReport(r *meridianv1.LoadReport) error {
 	key := sidecarKey{r.GetNodeId(), r.GetSidecarId()}
 	sc := a.sidecars[key]
 	if sc == nil {
-		sc = &sidecarState{demand: map[string]*ewma{}, engines: map[string]*reporterView{}}
+		sc = &sidecarState{demand: map[string]*demandEstimate{}, engines: map[string]*reporterView{}}
 		a.sidecars[key] = sc
 	}
 	sc.last = now
 	for _, d := range r.GetDemand() {
 		e := sc.demand[d.GetModel()]
 		if e == nil {
-			e = &ewma{}
+			e = &demandEstimate{}
 			sc.demand[d.GetModel()] = e
 		}
-		e.add(d.GetRequestsPerSecond(), span, hl)
+		e.fast.add(d.GetRequestsPerSecond(), span, hl)
+		e.slow.add(d.GetRequestsPerSecond(), span, a.demandHalfLife(key.node, d.GetModel()))
 	}
 	for _, o := range r.GetEngines() {
 		st := a.engine(o.GetEngine(), now)

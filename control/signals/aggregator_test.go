@@ -313,3 +313,74 @@ func TestSnapshotIsTheSameBitForBit(t *testing.T) {
 		}
 	}
 }
+
+// At a few requests per second a node's demand estimate rests on DemandEvidence requests:
+// its half-life grows to DemandEvidence / demand, so one noisy second moves it little. At
+// high rates the half-life stays HalfLife, and a burst still shows within seconds.
+func TestDemandHalfLifeGrowsAtLowRates(t *testing.T) {
+	step := func(base, burst float64) (moved float64) {
+		a, clk := newTestAggregator(t)
+		for range 3 { // settle on base
+			if err := a.ObserveReport(report("n", "s", base)); err != nil {
+				t.Fatal(err)
+			}
+			a.Snapshot([]EngineSpec{spec})
+			clk.advance(time.Second)
+		}
+		if err := a.ObserveReport(report("n", "s", burst)); err != nil {
+			t.Fatal(err)
+		}
+		got := a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
+		return (got - base) / (burst - base)
+	}
+	cfg := DefaultConfig()
+	// 1 req/s: a half-life of 20 s (20 requests), so a 1 s report moves 1 - 2^(-1/20).
+	if got, want := step(1, 3), 1-math.Exp2(-1/cfg.DemandEvidence); math.Abs(got-want) > 1e-9 {
+		t.Errorf("at 1 req/s one report moved the estimate %.4f of the way, want %.4f (half-life %v s)", got, want, cfg.DemandEvidence)
+	}
+	// 100 req/s: 20 requests take 0.2 s, so the 3 s half-life applies.
+	if got, want := step(100, 300), 1-math.Exp2(-1/cfg.HalfLife.Seconds()); math.Abs(got-want) > 1e-9 {
+		t.Errorf("at 100 req/s one report moved the estimate %.4f of the way, want %.4f (half-life %v)", got, want, cfg.HalfLife)
+	}
+	// 0.01 req/s: capped at MaxDemandHalfLife.
+	if got, want := step(0.01, 0.03), 1-math.Exp2(-1/cfg.MaxDemandHalfLife.Seconds()); math.Abs(got-want) > 1e-9 {
+		t.Errorf("at 0.01 req/s one report moved the estimate %.4f of the way, want %.4f (the cap %v)", got, want, cfg.MaxDemandHalfLife)
+	}
+	bad := cfg
+	bad.DemandEvidence = -1
+	if bad.Validate() == nil {
+		t.Error("a negative demand_evidence must be refused")
+	}
+	bad = cfg
+	bad.MaxDemandHalfLife = time.Second
+	if bad.Validate() == nil {
+		t.Error("max_demand_half_life below half_life must be refused")
+	}
+}
+
+// A sustained step in a slow node's demand is a shift, not noise: the fast estimate leaves
+// the slow one by more than Poisson noise allows, and the demand follows within seconds
+// instead of the lengthened half-life's minute.
+func TestDemandFollowsAShiftAtLowRates(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	for range 30 {
+		if err := a.ObserveReport(report("n", "s", 1)); err != nil {
+			t.Fatal(err)
+		}
+		a.Snapshot([]EngineSpec{spec})
+		clk.advance(time.Second)
+	}
+	at := map[int]float64{}
+	for i := 1; i <= 15; i++ {
+		if err := a.ObserveReport(report("n", "s", 4)); err != nil {
+			t.Fatal(err)
+		}
+		at[i] = a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
+		clk.advance(time.Second)
+	}
+	// The slow estimate alone (50 s half-life) would be at 1 + 3 x (1 - 2^(-5/50)) = 1.20
+	// after 5 s and 1.56 after 15 s; the fast one (3 s) at 3.05 and 3.91.
+	if at[5] < 2 || at[15] < 3 {
+		t.Errorf("demand went from 1 to 4 req/s; the estimate is %.2f after 5 s and %.2f after 15 s: the shift was not followed", at[5], at[15])
+	}
+}

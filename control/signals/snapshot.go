@@ -3,6 +3,7 @@ package signals
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -120,7 +121,11 @@ func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
 	defer a.mu.Unlock()
 	now := a.now()
 	snap := Snapshot{At: now, Demand: map[string]map[string]float64{}, Engines: make(map[string]EngineState, len(specs))}
-	a.demand(now, &snap)
+	a.sumDemand(now, &snap)
+	a.demand = make(map[string]map[string]float64, len(snap.Demand)) // a copy: callers own snap
+	for node, m := range snap.Demand {
+		a.demand[node] = maps.Clone(m)
+	}
 	views := a.reporterViews(now)
 	listed := make(map[string]bool, len(specs))
 	byClass := map[string][]int{}
@@ -257,7 +262,23 @@ func (a *Aggregator) sidecarOrder() []sidecarKey {
 	return keys
 }
 
-func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
+// follow makes node's demand for model follow its fast estimate until until. a.mu is held.
+func (a *Aggregator) follow(node, model string, until time.Time) {
+	if a.following == nil {
+		a.following = map[string]map[string]time.Time{}
+	}
+	if a.following[node] == nil {
+		a.following[node] = map[string]time.Time{}
+	}
+	a.following[node][model] = until
+}
+
+func (a *Aggregator) sumDemand(now time.Time, snap *Snapshot) {
+	type sums struct {
+		fast, slow float64
+		parts      []*demandEstimate
+	}
+	byNode := map[string]map[string]*sums{}
 	fresh := map[string]bool{}
 	for _, key := range a.sidecarOrder() {
 		sc := a.sidecars[key]
@@ -267,14 +288,45 @@ func (a *Aggregator) demand(now time.Time, snap *Snapshot) {
 			continue
 		}
 		fresh[key.node] = fresh[key.node] || age <= a.cfg.StaleAfter
-		m := snap.Demand[key.node]
+		m := byNode[key.node]
 		if m == nil {
-			m = map[string]float64{}
-			snap.Demand[key.node] = m
+			m = map[string]*sums{}
+			byNode[key.node] = m
 		}
 		for model, e := range sc.demand {
-			m[model] += e.value(0)
+			t := m[model]
+			if t == nil {
+				t = &sums{}
+				m[model] = t
+			}
+			t.fast += e.fast.value(0)
+			t.slow += e.slow.value(0)
+			t.parts = append(t.parts, e)
 		}
+	}
+	// One report per HalfLife-long window moves the fast estimate by a; on Poisson
+	// arrivals at rate r its variance is a/(2-a)·r (for 1 s windows).
+	a1 := 1 - math.Exp2(-1/a.cfg.HalfLife.Seconds())
+	for node, models := range byNode {
+		out := map[string]float64{}
+		for model, t := range models {
+			d := t.slow
+			if dev := math.Abs(t.fast - t.slow); dev > 0 && dev > shiftSigmas*math.Sqrt(a1/(2-a1)*math.Max(t.slow, 1e-9)) {
+				a.follow(node, model, now.Add(shiftFollow*a.cfg.HalfLife))
+			}
+			if until, ok := a.following[node][model]; ok {
+				if now.Before(until) {
+					for _, e := range t.parts {
+						e.slow = e.fast
+					}
+					d = t.fast
+				} else {
+					delete(a.following[node], model)
+				}
+			}
+			out[model] = d
+		}
+		snap.Demand[node] = out
 	}
 	for node, ok := range fresh {
 		if !ok {
