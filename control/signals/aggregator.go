@@ -45,10 +45,10 @@ func DefaultConfig() Config {
 		HalfLife:          3 * time.Second,
 		DemandEvidence:    DefaultDemandEvidence,
 		MaxDemandHalfLife: time.Minute,
-		StaleAfter:       15 * time.Second,
-		ForgetAfter:      5 * time.Minute,
-		FailingErrorRate: 0.5,
-		Fit:              FitConfig{HalfLife: 10 * time.Minute, MinWeight: 20, MinSpread: 0.05, Window: 512},
+		StaleAfter:        15 * time.Second,
+		ForgetAfter:       5 * time.Minute,
+		FailingErrorRate:  0.5,
+		Fit:               FitConfig{HalfLife: 10 * time.Minute, MinWeight: 20, MinSpread: 0.05, Window: 512},
 	}
 }
 
