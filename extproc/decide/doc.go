@@ -12,7 +12,9 @@
 // The routing snapshot is the node's EDS view with every weight multiplied by the local
 // outlier penalty, one extproc/picker table per model (weighted rendezvous hashing with
 // bounded loads). Failover engines (EDS priority 1: no share, may be retried) follow the
-// picked ones in the destination list. A request is shed when every candidate is at its
+// picked ones in the destination list. What the sidecar scrapes of each engine's queue
+// (ObserveEngineLoad: running plus waiting requests, beyond the core's own) counts as
+// other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
 // local cap (or past the share of it its priority may use: the top 20% of each cap is held
 // back from the lowest class, less for higher ones), or by the control server's shed
 // fraction for the model (guard.Shedder). The retry grant is the policy's utilization
@@ -33,6 +35,7 @@
 //	state                         written by                     read by          synchronized by
 //	routing snapshot              Update, RefreshPenalties        Route, Outcome   atomic.Pointer; rebuilds serialized by rebuildMu (off the request path)
 //	per-engine in-flight counts   Route (start), Outcome/EndStream/Expire (done)  Route (bounded loads)  atomics in picker.Loads, padded per engine
+//	per-engine observed work      ObserveEngineLoad (the engine-load scrape)     Route (least-work choice)  atomics in picker.Loads (the map under its mutex, off the request path)
 //	per-model arrival counters    Route                          BuildReport      atomic.Int64 (Swap at each report)
 //	per-model shed state          Route (Decide), ApplyPolicy    Route            the model's own mutex (guard.ModelShedder)
 //	retry credits and curve       Route (Allow), Outcome (Spent), ApplyPolicy    Route  CAS on a float64's bits; atomic.Pointer for the curve
