@@ -66,25 +66,20 @@ func (l *Loads) SetObserved(addr string, work int64) {
 }
 
 // Observed is the work others were last observed to hold on addr (SetObserved).
-func (l *Loads) Observed(addr string) int64 {
-	l.mu.Lock()
-	c := l.byAddr[addr]
-	l.mu.Unlock()
-	if c == nil {
-		return 0
-	}
-	return c.x.Load()
-}
+func (l *Loads) Observed(addr string) int64 { return l.lookup(addr).x.Load() }
 
 // InFlight is the number of requests in flight to addr.
-func (l *Loads) InFlight(addr string) int64 {
+func (l *Loads) InFlight(addr string) int64 { return l.lookup(addr).n.Load() }
+
+// lookup returns addr's counter, or a zero one when addr has none.
+func (l *Loads) lookup(addr string) *counter {
 	l.mu.Lock()
 	c := l.byAddr[addr]
 	l.mu.Unlock()
 	if c == nil {
-		return 0
+		return new(counter)
 	}
-	return c.n.Load()
+	return c
 }
 
 // Prune forgets the counters of addresses that are not in keep and have nothing in
