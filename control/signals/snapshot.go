@@ -328,6 +328,11 @@ func (a *Aggregator) sumDemand(now time.Time, snap *Snapshot) {
 		}
 		snap.Demand[node] = out
 	}
+	for node := range a.following { // nodes whose sidecars are all gone
+		if _, ok := byNode[node]; !ok {
+			delete(a.following, node)
+		}
+	}
 	for node, ok := range fresh {
 		if !ok {
 			snap.StaleNodes = append(snap.StaleNodes, node)

@@ -495,9 +495,9 @@ func (c *Core) InFlight() map[string]int64 {
 // ObserveEngineLoad records what the engine at addr reports it holds: requests is its
 // running plus waiting requests (vLLM's num_requests_running + num_requests_waiting, as
 // scraped). The requests beyond this core's own in flight there are other routers'
-// (the region's other sidecars): bounded loads and the least-work choice count them,
-// each at the mean work of this core's requests in flight (DecodeWork before it has
-// had any), until the next observation replaces them. A count that is not positive,
+// (the region's other sidecars): the picker's least-work choice counts them, each at
+// the mean work of this core's requests in flight (DecodeWork before it has had any),
+// until the next observation replaces them; bounded loads keep to the core's own. A count that is not positive,
 // or NaN, forgets the observation, so a failed scrape falls back to the core's own
 // counts. Call it from the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, requests float64) {
@@ -517,7 +517,7 @@ type LoadTarget struct {
 
 // LoadTargets appends to dst every engine of the current snapshot that has a share of
 // some model (EDS priority 0, not draining) and a published metrics URL, sorted by
-// address: the engines bounded loads weigh, and so the ones worth scraping.
+// address: the engines the picker weighs, and so the ones worth scraping.
 func (c *Core) LoadTargets(dst []LoadTarget) []LoadTarget {
 	r := c.routing.Load()
 	if r == nil {
@@ -546,7 +546,7 @@ func (c *Core) requestWork() float64 {
 }
 
 // ObservedLoad returns the work other routers were last observed to hold, per engine
-// name (ObserveEngineLoad), for /debug and tests.
+// name (ObserveEngineLoad), for the sidecar's metrics.
 func (c *Core) ObservedLoad() map[string]int64 {
 	out := map[string]int64{}
 	if r := c.routing.Load(); r != nil {

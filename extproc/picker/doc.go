@@ -53,8 +53,8 @@
 //   - Two tables built from the same endpoint set (in any order) with the same Config
 //     rank every key identically, on any platform (the ranking uses only exact or
 //     singly rounded IEEE-754 arithmetic, no math.Log); with the same in-flight counts
-//     and observed work they Pick identically. This is what lets independent sidecars keep prefix
-//     affinity without talking to each other.
+//     and observed work they Pick identically. This is what lets independent sidecars
+//     keep prefix affinity without talking to each other.
 //   - In-flight counters (requests and work) live in a Loads, keyed by address, so they
 //     survive table swaps. Tables built for the same pool of engines share one Loads;
 //     every Start is paired with exactly one Ticket.Done, which removes the work Start
