@@ -7,8 +7,9 @@
 // Why: a region runs several sidecars, and each sees only its own share of the requests
 // in flight. Bounded loads and the least-work choice judged on that share alone rarely see
 // an engine as busy. The llm-d router's endpoint picker reads the same gauges from every
-// engine every 50 ms (llm-d/llm-d-inference-scheduler, its metrics refresh interval), and
-// this is the same feed.
+// engine every 50 ms (its --refresh-metrics-interval default; DefaultRefreshMetricsInterval
+// in kubernetes-sigs/gateway-api-inference-extension's pkg/epp/server, which llm-d builds
+// on; sim/llmd.go cites the rest), and this is the same feed.
 //
 // A scrape that fails, or does not finish within Timeout, forgets the engine's observed
 // load (the core falls back to its own counts) and is counted; the first failure of a run

@@ -76,8 +76,8 @@ type Config struct {
 // EngineLoadConfig is the sidecar's scrape of its engines' load gauges (vLLM's
 // num_requests_running and num_requests_waiting on each engine's /metrics, at the URL
 // the control server publishes with the endpoint). It is the sidecar's view of the work
-// other routers hold on each engine: bounded loads and the least-work choice count it
-// with the sidecar's own in-flight work (decide.Core.ObserveEngineLoad).
+// other routers hold on each engine: the picker's least-work choice counts it with the
+// sidecar's own in-flight work (decide.Core.ObserveEngineLoad); bounded loads do not.
 type EngineLoadConfig struct {
 	// Interval is how often each engine is scraped; 0 turns the scrape off (the picker
 	// then sees only this sidecar's own requests). The llm-d router's endpoint picker
