@@ -89,7 +89,14 @@ type Core struct {
 	// was last observed (float64 bits; 0 before any): the work ObserveEngineLoad charges
 	// each request other routers hold.
 	meanWork atomic.Uint64
+	// homes remembers each key's last engine (picker.Homes): the least-work choice keeps a
+	// conversation where its newest context went.
+	homes *picker.Homes
 }
+
+// homeSlots is the size of a core's key memory: 8 bytes a slot, 512 KiB in all; keys
+// beyond it share slots and, on a collision, fall back to the key's order.
+const homeSlots = 1 << 16
 
 // modelState is what the request path keeps per model across snapshots: arrival counters
 // for the load report and the model's shedder.
@@ -107,7 +114,8 @@ func New(cfg Config, clock guard.Clock) (*Core, error) {
 	if clock == nil {
 		return nil, errors.New("decide: a clock is required (guard.SystemClock in production)")
 	}
-	c := &Core{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), states: map[string]*modelState{}}
+	c := &Core{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), states: map[string]*modelState{},
+		homes: picker.NewHomes(homeSlots)}
 	var err error
 	if c.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
 		return nil, err
@@ -312,7 +320,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	// cached prefix): the least-work choice charges it the prompt's tokens.
 	prompt := int64(req.BodyBytes / BytesPerToken)
 	work := prompt + c.cfg.DecodeWork
-	res := m.table.Pick(req.Key, work, prompt, buf[:0])
+	res := m.table.PickHome(req.Key, work, prompt, c.homes.Lookup(req.Key, m.table), buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -338,6 +346,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	if grant.Max == 0 {
 		d.Retries, d.RetryOn = 1, RetryOnUnsent
 	}
+	c.homes.Remember(req.Key, m.table, primary)
 	id := c.tickets.next()
 	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
 		start: c.clock.Now(), requestID: req.RequestID}) {

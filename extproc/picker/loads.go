@@ -8,10 +8,11 @@ import (
 // counter is one endpoint's in-flight count and outstanding work, padded to its own
 // cache line so that picks on different endpoints do not contend.
 type counter struct {
-	n atomic.Int64 // requests
-	w atomic.Int64 // work units (see Table.Pick)
-	x atomic.Int64 // work others hold on the endpoint, as last observed (SetObserved); unused in Loads.total
-	_ [40]byte
+	n  atomic.Int64 // requests
+	w  atomic.Int64 // work units (see Table.Pick)
+	x  atomic.Int64 // work others hold on the endpoint, as last observed (SetObserved); unused in Loads.total
+	id uint32       // the address's number in its Loads, from 1 (0: past maxID), for Homes
+	_  [36]byte
 }
 
 // load is the work the endpoint holds as far as this process knows: its own in flight
@@ -30,6 +31,7 @@ type Loads struct {
 
 	mu     sync.Mutex
 	byAddr map[string]*counter
+	lastID uint32
 }
 
 // NewLoads returns an empty tracker.
@@ -59,7 +61,7 @@ func (l *Loads) SetObserved(addr string, work int64) {
 		if work == 0 {
 			return
 		}
-		c = new(counter)
+		c = l.newCounter()
 		l.byAddr[addr] = c
 	}
 	c.x.Store(work)
@@ -107,6 +109,16 @@ func (l *Loads) Prune(keep *Table) int {
 	return n
 }
 
+// newCounter returns a counter with the next id (0 once maxID are taken). l.mu is held.
+func (l *Loads) newCounter() *counter {
+	c := new(counter)
+	if l.lastID < maxID {
+		l.lastID++
+		c.id = l.lastID
+	}
+	return c
+}
+
 // counters returns the counter for each address, creating missing ones.
 func (l *Loads) counters(eps []Endpoint) []*counter {
 	out := make([]*counter, len(eps))
@@ -115,7 +127,7 @@ func (l *Loads) counters(eps []Endpoint) []*counter {
 	for i, ep := range eps {
 		c := l.byAddr[ep.Address]
 		if c == nil {
-			c = new(counter)
+			c = l.newCounter()
 			l.byAddr[ep.Address] = c
 		}
 		out[i] = c

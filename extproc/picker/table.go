@@ -19,6 +19,7 @@ type Table struct {
 	ctr   []*counter
 	total *counter
 	index map[string]int
+	byID  map[uint32]int // counter id -> index, for Homes
 
 	slots     []uint16 // Buckets × k candidates, best first, emptySlot-padded
 	k         int
@@ -79,6 +80,7 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		ctr:      loads.counters(eps),
 		total:    &loads.total,
 		index:    make(map[string]int, n),
+		byID:     make(map[uint32]int, n),
 		k:        min(cfg.Candidates, max(n, 1)),
 		mask:     uint32(cfg.Buckets - 1),
 		shift:    uint(64 - log2(cfg.Buckets)),
@@ -93,6 +95,9 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 	t.allCapped = n > 0
 	for i, ep := range eps {
 		t.index[ep.Address] = i
+		if id := t.ctr[i].id; id != 0 {
+			t.byID[id] = i
+		}
 		t.bound[i] = (1 + cfg.Epsilon) * ep.Weight / sum
 		t.limit[i] = cmp.Or(ep.MaxInFlight, cfg.MaxInFlight, math.MaxInt64)
 		if t.limit[i] == math.MaxInt64 {
@@ -137,6 +142,15 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 // Concurrent picks read counters without coordination, so simultaneous requests may
 // overshoot a bound or cap by at most the number of concurrent pickers.
 func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
+	return t.PickHome(key, work, move, -1, dst)
+}
+
+// PickHome is Pick for a key whose last request went to endpoint home (Homes.Lookup; -1:
+// none known). The home takes the place of the key's first endpoint in the least-work
+// choice: it keeps the key while it holds less than Config.SpillFloor, and past the floor
+// every other endpoint is charged move. A home outside the endpoints Pick returns within
+// their bound is ignored.
+func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
 	dst = dst[:0]
 	if len(t.eps) == 0 {
 		return Result{Order: dst}
@@ -185,24 +199,28 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 		return Result{Order: dst, Spilled: true, AtLimit: true}
 	}
 	if within > 1 {
-		t.leastWork(dst[:within], work, move)
+		t.leastWork(dst[:within], work, move, home)
 	}
 	return Result{Order: dst, Spilled: dst[0] != int(seen[0])}
 }
 
 // leastWork moves to the front of order (endpoints within their bound, in the key's
 // order) the one that would hold the least work relative to its share after taking the
-// request, charging move to all but the first; see Pick.
-func (t *Table) leastWork(order []int, work, move int64) {
-	w0 := t.ctr[order[0]].load()
-	if w0 < t.cfg.SpillFloor {
-		return
-	}
-	best, cost := 0, float64(w0+work)/t.bound[order[0]]
-	for j := 1; j < len(order); j++ {
-		c := order[j]
-		if v := float64(t.ctr[c].load()+work+move) / t.bound[c]; v < cost {
-			best, cost = j, v
+// request, charging move to all but the home (the key's first unless home is in order);
+// see Pick and PickHome.
+func (t *Table) leastWork(order []int, work, move int64, home int) {
+	h := max(slices.Index(order, home), 0)
+	w0 := t.ctr[order[h]].load()
+	best := h
+	if w0 >= t.cfg.SpillFloor {
+		cost := float64(w0+work) / t.bound[order[h]]
+		for j, c := range order {
+			if j == h {
+				continue
+			}
+			if v := float64(t.ctr[c].load()+work+move) / t.bound[c]; v < cost {
+				best, cost = j, v
+			}
 		}
 	}
 	if best > 0 {

@@ -1,0 +1,93 @@
+package picker
+
+import (
+	"testing"
+)
+
+func TestHomesRememberTheLastEndpoint(t *testing.T) {
+	loads := NewLoads()
+	tb := mustTable(t, testConfig(), fleet(4, equal), loads)
+	h := NewHomes(1 << 10)
+	const key = 0xfeedface12345678
+	if got := h.Lookup(key, tb); got != -1 {
+		t.Fatalf("an unseen key has home %d, want -1", got)
+	}
+	h.Remember(key, tb, 2)
+	if got := h.Lookup(key, tb); got != 2 {
+		t.Fatalf("home %d, want 2", got)
+	}
+	// A key in the same slot with other upper bits evicts it and is not mistaken for it.
+	var other uint64
+	for k := uint64(1); ; k++ {
+		if cand := k << 48; mix(cand)&h.mask == mix(key)&h.mask && cand>>homeIDBits != key>>homeIDBits {
+			other = cand
+			break
+		}
+	}
+	if got := h.Lookup(other, tb); got != -1 {
+		t.Errorf("a key sharing the slot reads home %d, want -1", got)
+	}
+	h.Remember(other, tb, 1)
+	if got := h.Lookup(key, tb); got != -1 {
+		t.Errorf("after a collision the evicted key reads home %d, want -1", got)
+	}
+	// An endpoint that left the table is no home, even with the same Loads.
+	h.Remember(key, tb, 3)
+	gone := tb.Endpoint(3).Address
+	var rest []Endpoint
+	for _, ep := range fleet(4, equal) {
+		if ep.Address != gone {
+			rest = append(rest, ep)
+		}
+	}
+	if got := h.Lookup(key, mustTable(t, testConfig(), rest, loads)); got != -1 {
+		t.Errorf("the home left the table; Lookup = %d, want -1", got)
+	}
+	// A table rebuilt over the same endpoints finds the home again (ids live in the Loads).
+	again := mustTable(t, testConfig(), fleet(4, equal), loads)
+	if got := h.Lookup(key, again); got != 3 {
+		t.Errorf("in a rebuilt table the home is %d, want 3", got)
+	}
+	var nilHomes *Homes
+	if got := nilHomes.Lookup(key, tb); got != -1 {
+		t.Errorf("a nil Homes has home %d", got)
+	}
+	nilHomes.Remember(key, tb, 0) // must not panic
+	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1); _ = h.Lookup(key, tb) }); n != 0 {
+		t.Errorf("Remember and Lookup allocate %v times", n)
+	}
+}
+
+// The home takes the key's first endpoint's place in the least-work choice: below the
+// floor it keeps the key, past it the others are charged the move against it.
+func TestPickHomeKeepsAConversationWhereItWent(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon = 10 // bounded loads out of the way
+	cfg.SpillFloor = 4_000
+	const key = 0xc0ffee
+	loads := NewLoads()
+	tb := mustTable(t, cfg, fleet(4, equal), loads)
+	order := tb.Pick(key, 1_000, 1_000, nil).Order
+	home := order[1]
+
+	if r := tb.PickHome(key, 1_000, 5_000, home, nil); r.Order[0] != home {
+		t.Errorf("an idle home: primary %d, want the home %d (order %v)", r.Order[0], home, r.Order)
+	}
+	if r := tb.PickHome(key, 1_000, 5_000, -1, nil); r.Order[0] != order[0] {
+		t.Errorf("no home: primary %d, want the key's first %d", r.Order[0], order[0])
+	}
+	// The home busy by less than a move's worth more than the key's first: it stays.
+	tk := tb.Start(home, 8_000)
+	if r := tb.PickHome(key, 1_000, 10_000, home, nil); r.Order[0] != home {
+		t.Errorf("home holds 8k, a move costs 10k: primary %d, want the home %d", r.Order[0], home)
+	}
+	// By more than a move's worth: the request leaves it.
+	if r := tb.PickHome(key, 1_000, 2_000, home, nil); r.Order[0] == home {
+		t.Errorf("home holds 8k, a move costs 2k: the request stayed on the home")
+	}
+	tk.Done()
+	// A home that is not among the key's candidates is ignored.
+	if r := tb.PickHome(key, 1_000, 1_000, order[len(order)-1]+100, nil); r.Order[0] != order[0] {
+		t.Errorf("a home outside the table: primary %d, want the key's first %d", r.Order[0], order[0])
+	}
+}
