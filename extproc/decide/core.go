@@ -506,9 +506,9 @@ func (c *Core) InFlight() map[string]int64 {
 // scraped). The requests beyond this core's own in flight there are other routers'
 // (the region's other sidecars): the picker's least-work choice counts them, each at
 // the mean work of this core's requests in flight (DecodeWork before it has had any),
-// until the next observation replaces them; bounded loads keep to the core's own. A count that is not positive,
-// or NaN, forgets the observation, so a failed scrape falls back to the core's own
-// counts. Call it from the scraper, not per request.
+// until the next observation replaces them; bounded loads keep to the core's own. A
+// count that is not positive, or NaN, forgets the observation, so a failed scrape falls
+// back to the core's own counts. Call it from the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, requests float64) {
 	others := requests - float64(c.loads.InFlight(addr))
 	if !(others > 0) {

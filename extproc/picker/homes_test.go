@@ -70,8 +70,8 @@ func TestPickHomeKeepsAConversationWhereItWent(t *testing.T) {
 	order := tb.Pick(key, 1_000, 1_000, nil).Order
 	home := order[1]
 
-	if r := tb.PickHome(key, 1_000, 5_000, home, nil); r.Order[0] != home {
-		t.Errorf("an idle home: primary %d, want the home %d (order %v)", r.Order[0], home, r.Order)
+	if r := tb.PickHome(key, 1_000, 5_000, home, nil); r.Order[0] != home || r.Spilled {
+		t.Errorf("an idle home: primary %d (spilled %v), want the home %d, not spilled (order %v)", r.Order[0], r.Spilled, home, r.Order)
 	}
 	if r := tb.PickHome(key, 1_000, 5_000, -1, nil); r.Order[0] != order[0] {
 		t.Errorf("no home: primary %d, want the key's first %d", r.Order[0], order[0])
@@ -82,8 +82,8 @@ func TestPickHomeKeepsAConversationWhereItWent(t *testing.T) {
 		t.Errorf("home holds 8k, a move costs 10k: primary %d, want the home %d", r.Order[0], home)
 	}
 	// By more than a move's worth: the request leaves it.
-	if r := tb.PickHome(key, 1_000, 2_000, home, nil); r.Order[0] == home {
-		t.Errorf("home holds 8k, a move costs 2k: the request stayed on the home")
+	if r := tb.PickHome(key, 1_000, 2_000, home, nil); r.Order[0] == home || !r.Spilled {
+		t.Errorf("home holds 8k, a move costs 2k: primary %d (spilled %v), want another engine, spilled", r.Order[0], r.Spilled)
 	}
 	tk.Done()
 	// A home that is not among the key's candidates is ignored.

@@ -39,8 +39,9 @@ type Result struct {
 	// then endpoints over it (still under the cap), in the key's order. It is empty
 	// when the table is empty or AtLimit is set: the caller should shed.
 	Order []int
-	// Spilled is set when the key's first-ranked endpoint is not the primary because
-	// of load (bounded-load spill or hard cap).
+	// Spilled is set when the key's first-ranked endpoint (or its home, with PickHome)
+	// is not the primary because of load (bounded-load spill, hard cap or the least-work
+	// choice).
 	Spilled bool
 	// AtLimit is set when every endpoint Pick examined is at its hard cap.
 	AtLimit bool
@@ -149,7 +150,8 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 // none known). The home takes the place of the key's first endpoint in the least-work
 // choice: it keeps the key while it holds less than Config.SpillFloor, and past the floor
 // every other endpoint is charged move. A home outside the endpoints Pick returns within
-// their bound is ignored.
+// their bound is ignored by the choice. Result.Spilled then says the home (when Pick
+// examined it) is not the primary.
 func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
 	dst = dst[:0]
 	if len(t.eps) == 0 {
@@ -201,7 +203,12 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 	if within > 1 {
 		t.leastWork(dst[:within], work, move, home)
 	}
-	return Result{Order: dst, Spilled: dst[0] != int(seen[0])}
+	// The key's usual engine is its home when Pick examined it, else its first.
+	usual := int(seen[0])
+	if home >= 0 && home < len(t.eps) && slices.Contains(seen[:nseen], uint16(home)) {
+		usual = home
+	}
+	return Result{Order: dst, Spilled: dst[0] != usual}
 }
 
 // leastWork moves to the front of order (endpoints within their bound, in the key's
