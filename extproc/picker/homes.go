@@ -53,9 +53,8 @@ func (h *Homes) Lookup(key uint64, t *Table) int {
 	if v == 0 || v>>homeIDBits != key>>homeIDBits {
 		return -1
 	}
-	i, ok := t.byID[uint32(v&(1<<homeIDBits-1))]
-	if !ok {
-		return -1
+	if id := v & (1<<homeIDBits - 1); id < uint64(len(t.byID)) {
+		return int(t.byID[id]) - 1 // -1 when the endpoint is not in t
 	}
-	return i
+	return -1
 }

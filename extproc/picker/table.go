@@ -19,7 +19,7 @@ type Table struct {
 	ctr   []*counter
 	total *counter
 	index map[string]int
-	byID  map[uint32]int // counter id -> index, for Homes
+	byID  []int32 // counter id -> index + 1 (0: not in the table), for Homes; 4 bytes per id the Loads has given out
 
 	slots     []uint16 // Buckets × k candidates, best first, emptySlot-padded
 	k         int
@@ -81,7 +81,6 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		ctr:      loads.counters(eps),
 		total:    &loads.total,
 		index:    make(map[string]int, n),
-		byID:     make(map[uint32]int, n),
 		k:        min(cfg.Candidates, max(n, 1)),
 		mask:     uint32(cfg.Buckets - 1),
 		shift:    uint(64 - log2(cfg.Buckets)),
@@ -94,10 +93,15 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		sum += ep.Weight
 	}
 	t.allCapped = n > 0
+	var maxID uint32
+	for _, c := range t.ctr {
+		maxID = max(maxID, c.id)
+	}
+	t.byID = make([]int32, maxID+1)
 	for i, ep := range eps {
 		t.index[ep.Address] = i
 		if id := t.ctr[i].id; id != 0 {
-			t.byID[id] = i
+			t.byID[id] = int32(i + 1)
 		}
 		t.bound[i] = (1 + cfg.Epsilon) * ep.Weight / sum
 		t.limit[i] = cmp.Or(ep.MaxInFlight, cfg.MaxInFlight, math.MaxInt64)
