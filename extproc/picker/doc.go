@@ -44,7 +44,8 @@
 // routers were last observed to hold on it (Loads.SetObserved: the sidecar scrapes each
 // engine's queue), so sidecars that each send a fraction of an engine's traffic still
 // compare engines as a whole. Bounded loads count only this process's own work. A key's
-// home (Homes: the endpoint this process last sent it to) takes the key's first
+// home (Homes: the endpoint this node's sidecars last sent it to, its own placements and
+// its peers', which the decision core exchanges) takes the key's first
 // endpoint's place in the choice, so a conversation the choice moved stays with its
 // newest context instead of returning to an engine that caches only its older turns.
 // docs/results/README.md has what it bought on the simulator.

@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -19,7 +20,7 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	// A key in the same slot with other upper bits evicts it and is not mistaken for it.
 	var other uint64
 	for k := uint64(1); ; k++ {
-		if cand := k << 48; mix(cand)&h.mask == mix(key)&h.mask && cand>>homeIDBits != key>>homeIDBits {
+		if cand := k << 48; mix(cand>>homeIDBits)&h.mask == mix(key>>homeIDBits)&h.mask && cand>>homeIDBits != key>>homeIDBits {
 			other = cand
 			break
 		}
@@ -55,6 +56,59 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	nilHomes.Remember(key, tb, 0) // must not panic
 	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1); _ = h.Lookup(key, tb) }); n != 0 {
 		t.Errorf("Remember and Lookup allocate %v times", n)
+	}
+}
+
+// Remember journals only changed homes, Drain hands each over once, oldest first, and
+// Adopt (a peer's placement) sets a home without journaling it.
+func TestHomesJournalWhatChangedForPeers(t *testing.T) {
+	loads := NewLoads()
+	tb := mustTable(t, testConfig(), fleet(4, equal), loads)
+	h := NewHomes(1 << 10)
+	type placed struct {
+		key uint64
+		id  uint32
+	}
+	drain := func(cursor uint64) ([]placed, uint64) {
+		var out []placed
+		next := h.Drain(cursor, func(key uint64, id uint32) { out = append(out, placed{key, id}) })
+		return out, next
+	}
+	const a, b = 0x1111_2222_3333_4444, 0x5555_6666_7777_8888
+	h.Remember(a, tb, 1)
+	h.Remember(a, tb, 1) // unchanged: not journaled again
+	h.Remember(b, tb, 2)
+	h.Remember(a, tb, 3) // moved: journaled
+	got, cursor := drain(0)
+	want := []placed{{KeyBits(a), tb.ctr[1].id}, {KeyBits(b), tb.ctr[2].id}, {KeyBits(a), tb.ctr[3].id}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("drained %v, want %v", got, want)
+	}
+	if got, _ := drain(cursor); len(got) != 0 {
+		t.Errorf("a second drain gave %v, want nothing", got)
+	}
+	// A peer's placement: the key's home, ready for Lookup, and not sent back.
+	const c = 0x9999_aaaa_bbbb_cccc
+	h.Adopt(c, loads.ID(tb.Endpoint(2).Address))
+	if got := h.Lookup(c, tb); got != 2 {
+		t.Errorf("adopted home %d, want 2", got)
+	}
+	if got, _ := drain(cursor); len(got) != 0 {
+		t.Errorf("an adopted placement was journaled: %v", got)
+	}
+	if addr := loads.Address(tb.ctr[2].id); addr != tb.Endpoint(2).Address {
+		t.Errorf("Address(id) = %q, want %q", addr, tb.Endpoint(2).Address)
+	}
+	// A drain that fell behind by more than the journal holds gets the newest only.
+	for i := range uint64(journalSize + 10) {
+		h.Remember(i<<20, tb, int(i%2))
+	}
+	got, _ = drain(cursor)
+	if len(got) != journalSize || got[len(got)-1].key != KeyBits(uint64(journalSize+9)<<20) {
+		t.Errorf("after an overflow: %d drained, last %x; want the newest %d", len(got), got[len(got)-1].key, journalSize)
+	}
+	if n := testing.AllocsPerRun(100, func() { h.Remember(a, tb, 1); h.Remember(a, tb, 2) }); n != 0 {
+		t.Errorf("Remember with journaling allocates %v times", n)
 	}
 }
 

@@ -31,12 +31,13 @@ type Loads struct {
 
 	mu     sync.Mutex
 	byAddr map[string]*counter
+	addrs  map[uint32]string // id -> address, for the counters in byAddr
 	lastID uint32
 }
 
 // NewLoads returns an empty tracker.
 func NewLoads() *Loads {
-	return &Loads{byAddr: make(map[string]*counter)}
+	return &Loads{byAddr: make(map[string]*counter), addrs: make(map[uint32]string)}
 }
 
 // Total is the number of requests in flight across every address, including
@@ -61,8 +62,7 @@ func (l *Loads) SetObserved(addr string, work int64) {
 		if work == 0 {
 			return
 		}
-		c = l.newCounter()
-		l.byAddr[addr] = c
+		c = l.newCounter(addr)
 	}
 	c.x.Store(work)
 }
@@ -104,19 +104,39 @@ func (l *Loads) Prune(keep *Table) int {
 			continue
 		}
 		delete(l.byAddr, addr)
+		delete(l.addrs, c.id)
 		n++
 	}
 	return n
 }
 
-// newCounter returns a counter with the next id (0 once maxID are taken). l.mu is held.
-func (l *Loads) newCounter() *counter {
+// newCounter adds addr's counter, with the next id (0 once maxID are taken). l.mu is held.
+func (l *Loads) newCounter(addr string) *counter {
 	c := new(counter)
 	if l.lastID < maxID {
 		l.lastID++
 		c.id = l.lastID
+		l.addrs[c.id] = addr
 	}
+	l.byAddr[addr] = c
 	return c
+}
+
+// ID is the number Homes stores for addr, 0 when addr has no counter (or no number).
+func (l *Loads) ID(addr string) uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.byAddr[addr]; c != nil {
+		return c.id
+	}
+	return 0
+}
+
+// Address is the address numbered id, "" when none is.
+func (l *Loads) Address(id uint32) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.addrs[id]
 }
 
 // counters returns the counter for each address, creating missing ones.
@@ -127,8 +147,7 @@ func (l *Loads) counters(eps []Endpoint) []*counter {
 	for i, ep := range eps {
 		c := l.byAddr[ep.Address]
 		if c == nil {
-			c = l.newCounter()
-			l.byAddr[ep.Address] = c
+			c = l.newCounter(ep.Address)
 		}
 		out[i] = c
 	}
