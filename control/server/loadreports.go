@@ -27,6 +27,9 @@ type loadReports struct {
 	gate  *reportGate
 	tlsOn bool
 
+	// placements relays the sidecars' prefix placements within each node.
+	placements *placementRelay
+
 	mu       sync.Mutex
 	streams  map[string]map[*policyStream]struct{} // node -> streams
 	policies map[string]*meridianv1.Policy
@@ -38,6 +41,12 @@ type policyStream struct{ ch chan *meridianv1.Policy }
 func newLoadReports(log *slog.Logger, gate *reportGate, tlsOn bool, observe func(*meridianv1.LoadReport) error, forget func(node, sidecar string)) *loadReports {
 	return &loadReports{log: log, gate: gate, tlsOn: tlsOn, observe: observe, forget: forget,
 		streams: map[string]map[*policyStream]struct{}{}, policies: map[string]*meridianv1.Policy{}}
+}
+
+// ExchangePlacements relays one sidecar's prefix placements to its node's other sidecars
+// and theirs to it (placements.go).
+func (l *loadReports) ExchangePlacements(stream meridianv1.LoadReporting_ExchangePlacementsServer) error {
+	return l.placements.exchange(stream)
 }
 
 // StreamLoad receives one sidecar's reports and sends it its node's policies.

@@ -184,9 +184,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	gate := newReportGate(cfg.Log, s.currentFleet, s.pub.Plan)
 	s.reports = newLoadReports(cfg.Log, gate, s.tls != nil, agg.ObserveReport, agg.ForgetSidecar)
+	s.reports.placements = newPlacementRelay(gate, s.tls != nil, s.pub.Plan)
 	s.ads = &adsAuth{tlsOn: s.tls != nil, fleet: s.currentFleet, refused: gate.refused, note: gate.note, streams: map[int64]*adsStream{}}
 	s.scrapes = newScrapeLog(cfg.Log)
-	s.metrics.reg.MustRegister(fleetCollector{s}, gate.refused, gate.dropped, s.scrapes.failures)
+	s.metrics.reg.MustRegister(fleetCollector{s}, gate.refused, gate.dropped, s.scrapes.failures, s.reports.placements.relayed)
 	s.ha = newHA(s)
 	return s, nil
 }

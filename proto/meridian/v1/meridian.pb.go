@@ -28,6 +28,127 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Placements is a batch of prefix keys and the engines they were sent to. Upstream it is
+// what one sidecar placed since its previous batch; downstream, what the node's other
+// sidecars placed. A placement is a hint: a sidecar that never hears of one routes the key
+// by its consistent-hash order, and the control server drops batches a slow stream cannot
+// take.
+type Placements struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id and sidecar_id identify the sender (upstream only), as in LoadReport.
+	NodeId        string       `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SidecarId     string       `protobuf:"bytes,2,opt,name=sidecar_id,json=sidecarId,proto3" json:"sidecar_id,omitempty"`
+	Placements    []*Placement `protobuf:"bytes,3,rep,name=placements,proto3" json:"placements,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Placements) Reset() {
+	*x = Placements{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placements) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placements) ProtoMessage() {}
+
+func (x *Placements) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placements.ProtoReflect.Descriptor instead.
+func (*Placements) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Placements) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Placements) GetSidecarId() string {
+	if x != nil {
+		return x.SidecarId
+	}
+	return ""
+}
+
+func (x *Placements) GetPlacements() []*Placement {
+	if x != nil {
+		return x.Placements
+	}
+	return nil
+}
+
+// Placement says a key's requests went to an engine: that engine holds its newest prefix.
+type Placement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the routing key's upper 48 bits (the lower 16 are zero).
+	Key uint64 `protobuf:"fixed64,1,opt,name=key,proto3" json:"key,omitempty"`
+	// address is the engine's EDS endpoint address (ip:port).
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Placement) Reset() {
+	*x = Placement{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placement) ProtoMessage() {}
+
+func (x *Placement) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placement.ProtoReflect.Descriptor instead.
+func (*Placement) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Placement) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *Placement) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 // LoadReport is one sidecar's view of one reporting window.
 type LoadReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -47,7 +168,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -59,7 +180,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -72,7 +193,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{0}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LoadReport) GetNodeId() string {
@@ -131,7 +252,7 @@ type ModelDemand struct {
 
 func (x *ModelDemand) Reset() {
 	*x = ModelDemand{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -143,7 +264,7 @@ func (x *ModelDemand) String() string {
 func (*ModelDemand) ProtoMessage() {}
 
 func (x *ModelDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -156,7 +277,7 @@ func (x *ModelDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelDemand.ProtoReflect.Descriptor instead.
 func (*ModelDemand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{1}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ModelDemand) GetModel() string {
@@ -209,7 +330,7 @@ type EngineObservation struct {
 
 func (x *EngineObservation) Reset() {
 	*x = EngineObservation{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +342,7 @@ func (x *EngineObservation) String() string {
 func (*EngineObservation) ProtoMessage() {}
 
 func (x *EngineObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +355,7 @@ func (x *EngineObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineObservation.ProtoReflect.Descriptor instead.
 func (*EngineObservation) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{2}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EngineObservation) GetEngine() string {
@@ -317,7 +438,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +450,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +463,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{3}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Policy) GetVersion() string {
@@ -386,7 +507,7 @@ type ModelShed struct {
 
 func (x *ModelShed) Reset() {
 	*x = ModelShed{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +519,7 @@ func (x *ModelShed) String() string {
 func (*ModelShed) ProtoMessage() {}
 
 func (x *ModelShed) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +532,7 @@ func (x *ModelShed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelShed.ProtoReflect.Descriptor instead.
 func (*ModelShed) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelShed) GetModel() string {
@@ -444,7 +565,7 @@ type RetryBudget struct {
 
 func (x *RetryBudget) Reset() {
 	*x = RetryBudget{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +577,7 @@ func (x *RetryBudget) String() string {
 func (*RetryBudget) ProtoMessage() {}
 
 func (x *RetryBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +590,7 @@ func (x *RetryBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
 func (*RetryBudget) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RetryBudget) GetMaxRetriesIdle() uint32 {
@@ -504,7 +625,18 @@ var File_meridian_v1_meridian_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
-	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"\xf8\x01\n" +
+	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"|\n" +
+	"\n" +
+	"Placements\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"sidecar_id\x18\x02 \x01(\tR\tsidecarId\x126\n" +
+	"\n" +
+	"placements\x18\x03 \x03(\v2\x16.meridian.v1.PlacementR\n" +
+	"placements\"7\n" +
+	"\tPlacement\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x06R\x03key\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\xf8\x01\n" +
 	"\n" +
 	"LoadReport\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
@@ -542,10 +674,11 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\x10max_retries_idle\x18\x01 \x01(\rR\x0emaxRetriesIdle\x12%\n" +
 	"\x0egenerous_below\x18\x02 \x01(\x01R\rgenerousBelow\x12\x17\n" +
 	"\azero_at\x18\x03 \x01(\x01R\x06zeroAt\x12\x19\n" +
-	"\bretry_on\x18\x04 \x01(\tR\aretryOn2O\n" +
+	"\bretry_on\x18\x04 \x01(\tR\aretryOn2\x9b\x01\n" +
 	"\rLoadReporting\x12>\n" +
 	"\n" +
-	"StreamLoad\x12\x17.meridian.v1.LoadReport\x1a\x13.meridian.v1.Policy(\x010\x01BBZ@github.com/meridian-router/meridian/proto/meridian/v1;meridianv1b\x06proto3"
+	"StreamLoad\x12\x17.meridian.v1.LoadReport\x1a\x13.meridian.v1.Policy(\x010\x01\x12J\n" +
+	"\x12ExchangePlacements\x12\x17.meridian.v1.Placements\x1a\x17.meridian.v1.Placements(\x010\x01BBZ@github.com/meridian-router/meridian/proto/meridian/v1;meridianv1b\x06proto3"
 
 var (
 	file_meridian_v1_meridian_proto_rawDescOnce sync.Once
@@ -559,27 +692,32 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_meridian_proto_rawDescData
 }
 
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_meridian_v1_meridian_proto_goTypes = []any{
-	(*LoadReport)(nil),        // 0: meridian.v1.LoadReport
-	(*ModelDemand)(nil),       // 1: meridian.v1.ModelDemand
-	(*EngineObservation)(nil), // 2: meridian.v1.EngineObservation
-	(*Policy)(nil),            // 3: meridian.v1.Policy
-	(*ModelShed)(nil),         // 4: meridian.v1.ModelShed
-	(*RetryBudget)(nil),       // 5: meridian.v1.RetryBudget
+	(*Placements)(nil),        // 0: meridian.v1.Placements
+	(*Placement)(nil),         // 1: meridian.v1.Placement
+	(*LoadReport)(nil),        // 2: meridian.v1.LoadReport
+	(*ModelDemand)(nil),       // 3: meridian.v1.ModelDemand
+	(*EngineObservation)(nil), // 4: meridian.v1.EngineObservation
+	(*Policy)(nil),            // 5: meridian.v1.Policy
+	(*ModelShed)(nil),         // 6: meridian.v1.ModelShed
+	(*RetryBudget)(nil),       // 7: meridian.v1.RetryBudget
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
-	1, // 0: meridian.v1.LoadReport.demand:type_name -> meridian.v1.ModelDemand
-	2, // 1: meridian.v1.LoadReport.engines:type_name -> meridian.v1.EngineObservation
-	4, // 2: meridian.v1.Policy.shed:type_name -> meridian.v1.ModelShed
-	5, // 3: meridian.v1.Policy.retry_budget:type_name -> meridian.v1.RetryBudget
-	0, // 4: meridian.v1.LoadReporting.StreamLoad:input_type -> meridian.v1.LoadReport
-	3, // 5: meridian.v1.LoadReporting.StreamLoad:output_type -> meridian.v1.Policy
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1, // 0: meridian.v1.Placements.placements:type_name -> meridian.v1.Placement
+	3, // 1: meridian.v1.LoadReport.demand:type_name -> meridian.v1.ModelDemand
+	4, // 2: meridian.v1.LoadReport.engines:type_name -> meridian.v1.EngineObservation
+	6, // 3: meridian.v1.Policy.shed:type_name -> meridian.v1.ModelShed
+	7, // 4: meridian.v1.Policy.retry_budget:type_name -> meridian.v1.RetryBudget
+	2, // 5: meridian.v1.LoadReporting.StreamLoad:input_type -> meridian.v1.LoadReport
+	0, // 6: meridian.v1.LoadReporting.ExchangePlacements:input_type -> meridian.v1.Placements
+	5, // 7: meridian.v1.LoadReporting.StreamLoad:output_type -> meridian.v1.Policy
+	0, // 8: meridian.v1.LoadReporting.ExchangePlacements:output_type -> meridian.v1.Placements
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -593,7 +731,7 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

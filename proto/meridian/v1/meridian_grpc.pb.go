@@ -26,7 +26,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LoadReporting_StreamLoad_FullMethodName = "/meridian.v1.LoadReporting/StreamLoad"
+	LoadReporting_StreamLoad_FullMethodName         = "/meridian.v1.LoadReporting/StreamLoad"
+	LoadReporting_ExchangePlacements_FullMethodName = "/meridian.v1.LoadReporting/ExchangePlacements"
 )
 
 // LoadReportingClient is the client API for LoadReporting service.
@@ -38,6 +39,9 @@ const (
 // The control server sends a Policy when the stream opens and whenever it changes.
 type LoadReportingClient interface {
 	StreamLoad(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LoadReport, Policy], error)
+	// ExchangePlacements relays prefix placements among the sidecars of one node: each
+	// sidecar sends the keys it placed, and receives what the node's other sidecars placed.
+	ExchangePlacements(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Placements, Placements], error)
 }
 
 type loadReportingClient struct {
@@ -61,6 +65,19 @@ func (c *loadReportingClient) StreamLoad(ctx context.Context, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LoadReporting_StreamLoadClient = grpc.BidiStreamingClient[LoadReport, Policy]
 
+func (c *loadReportingClient) ExchangePlacements(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Placements, Placements], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LoadReporting_ServiceDesc.Streams[1], LoadReporting_ExchangePlacements_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Placements, Placements]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LoadReporting_ExchangePlacementsClient = grpc.BidiStreamingClient[Placements, Placements]
+
 // LoadReportingServer is the server API for LoadReporting service.
 // All implementations must embed UnimplementedLoadReportingServer
 // for forward compatibility.
@@ -70,6 +87,9 @@ type LoadReporting_StreamLoadClient = grpc.BidiStreamingClient[LoadReport, Polic
 // The control server sends a Policy when the stream opens and whenever it changes.
 type LoadReportingServer interface {
 	StreamLoad(grpc.BidiStreamingServer[LoadReport, Policy]) error
+	// ExchangePlacements relays prefix placements among the sidecars of one node: each
+	// sidecar sends the keys it placed, and receives what the node's other sidecars placed.
+	ExchangePlacements(grpc.BidiStreamingServer[Placements, Placements]) error
 	mustEmbedUnimplementedLoadReportingServer()
 }
 
@@ -82,6 +102,9 @@ type UnimplementedLoadReportingServer struct{}
 
 func (UnimplementedLoadReportingServer) StreamLoad(grpc.BidiStreamingServer[LoadReport, Policy]) error {
 	return status.Error(codes.Unimplemented, "method StreamLoad not implemented")
+}
+func (UnimplementedLoadReportingServer) ExchangePlacements(grpc.BidiStreamingServer[Placements, Placements]) error {
+	return status.Error(codes.Unimplemented, "method ExchangePlacements not implemented")
 }
 func (UnimplementedLoadReportingServer) mustEmbedUnimplementedLoadReportingServer() {}
 func (UnimplementedLoadReportingServer) testEmbeddedByValue()                       {}
@@ -111,6 +134,13 @@ func _LoadReporting_StreamLoad_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type LoadReporting_StreamLoadServer = grpc.BidiStreamingServer[LoadReport, Policy]
 
+func _LoadReporting_ExchangePlacements_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LoadReportingServer).ExchangePlacements(&grpc.GenericServerStream[Placements, Placements]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LoadReporting_ExchangePlacementsServer = grpc.BidiStreamingServer[Placements, Placements]
+
 // LoadReporting_ServiceDesc is the grpc.ServiceDesc for LoadReporting service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +152,12 @@ var LoadReporting_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "StreamLoad",
 			Handler:       _LoadReporting_StreamLoad_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ExchangePlacements",
+			Handler:       _LoadReporting_ExchangePlacements_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
