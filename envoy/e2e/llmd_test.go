@@ -116,6 +116,47 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 		}
 	})
 
+	t.Run("a peer sidecar of the node adopts its placements", func(t *testing.T) {
+		// A second sidecar of region-a (as a second Envoy replica's would be) hears, through
+		// the real control server, where the node's sidecar sent each new conversation.
+		peer, err := s.StartPeerSidecar(ctx, "region-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(readAccessLog(t, node.AccessLog))
+		// The peer's placement stream may open after the first batches: send until it hears.
+		deadline := time.Now().Add(30 * time.Second)
+		var adopted float64
+		asked := 0
+		for adopted < 4 {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %d new conversations the peer adopted %v placements, want >= 4", asked, adopted)
+			}
+			if err := ask(ctx, fmt.Sprintf("Conversation %d, new to the peer", asked)); err != nil {
+				t.Fatal(err)
+			}
+			asked++
+			time.Sleep(100 * time.Millisecond)
+			pm, err := stack.ScrapeMetrics(ctx, peer+"/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			adopted = pm.Value("meridian_sidecar_placements_total", "direction", "adopted")
+		}
+		m, err := s.SidecarMetrics(ctx, "region-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent := m.Value("meridian_sidecar_placements_total", "direction", "sent"); sent < adopted {
+			t.Errorf("the node's sidecar sent %v placements, fewer than the peer adopted (%v)", sent, adopted)
+		}
+		if cm, err := s.ControlMetrics(ctx); err != nil || cm.Value("meridian_control_placements_relayed_total") < adopted {
+			t.Errorf("the control server relayed %v placements (err %v), fewer than the peer adopted (%v)",
+				cm.Value("meridian_control_placements_relayed_total"), err, adopted)
+		}
+		waitAccessLog(t, node.AccessLog, before+asked) // the next subtest counts entries from here
+	})
+
 	t.Run("a conversation keeps its engine", func(t *testing.T) {
 		before := len(readAccessLog(t, node.AccessLog))
 		for i := 0; i < 4; i++ {

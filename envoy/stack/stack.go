@@ -82,6 +82,8 @@ type Stack struct {
 	ControlHTTP string // http://ip:port
 	Nodes       map[string]*Node
 	Engines     map[string]*Engine
+	// peers are the sidecars StartPeerSidecar added.
+	peers []*Proc
 	// PKI issued every certificate; nil for a Plaintext stack.
 	PKI *PKI
 }
@@ -275,11 +277,7 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 	node := &Node{Name: n.Name, URL: "http://" + listen, AdminURL: "http://" + admin, SidecarHTTP: "http://" + sidecarHTTP, SidecarGRPC: sidecar,
 		AccessLog: filepath.Join(s.spec.Dir, "access-"+n.Name+".jsonl")}
 	p := bootstrap.DefaultParams()
-	control := s.ControlXDS
-	if s.spec.ControlHost != "" {
-		_, port, _ := net.SplitHostPort(control)
-		control = net.JoinHostPort(s.spec.ControlHost, port)
-	}
+	control := s.controlAddr()
 	p.NodeID, p.Listen, p.Admin, p.XDS, p.Sidecar, p.AccessLogPath = n.Name, listen, admin, control, sidecar, node.AccessLog
 	p.WithoutSidecar = n.WithoutSidecar
 	if s.PKI != nil {
@@ -326,6 +324,45 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		return nil, err
 	}
 	return node, nil
+}
+
+// controlAddr is the address the nodes reach the control server's gRPC listener at.
+func (s *Stack) controlAddr() string {
+	if s.spec.ControlHost == "" {
+		return s.ControlXDS
+	}
+	_, port, _ := net.SplitHostPort(s.ControlXDS)
+	return net.JoinHostPort(s.spec.ControlHost, port)
+}
+
+// StartPeerSidecar runs another sidecar of node beside the node's own, as a second replica
+// of the node's data plane would run; no Envoy sends it requests, but it reports to the
+// control server and exchanges placements with the node's sidecar. It returns the peer's
+// HTTP base URL (metrics, health), once it is healthy; Close stops it.
+func (s *Stack) StartPeerSidecar(ctx context.Context, node string) (string, error) {
+	if s.Nodes[node] == nil {
+		return "", fmt.Errorf("no node %q", node)
+	}
+	grpcPort, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	httpPort, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	p := s.proc(fmt.Sprintf("sidecar-%s-peer%d", node, len(s.peers)+1), s.spec.Bins.Sidecar, append([]string{"--node-id", node,
+		"--listen", fmt.Sprintf("127.0.0.1:%d", grpcPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort),
+		"--control", s.controlAddr()}, append(s.tlsArgs(mtls.Sidecar(node)), s.spec.SidecarArgs...)...))
+	if err := p.Start(); err != nil {
+		return "", err
+	}
+	s.peers = append(s.peers, p)
+	if err := waitUp(ctx, p, base+"/healthz", 200); err != nil {
+		return "", fmt.Errorf("peer sidecar of %s: %w", node, err)
+	}
+	return base, nil
 }
 
 // tlsArgs are the TLS flags of id's process; none for a Plaintext stack.
@@ -504,6 +541,9 @@ func (s *Stack) Close() {
 	for _, n := range s.Nodes {
 		n.Envoy.Stop(2 * time.Second)
 		n.Sidecar.Stop(2 * time.Second)
+	}
+	for _, p := range s.peers {
+		p.Stop(2 * time.Second)
 	}
 	if s.Control != nil {
 		s.Control.Stop(2 * time.Second)

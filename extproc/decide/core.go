@@ -32,6 +32,12 @@ type Config struct {
 	// request's decode on top of its prompt's tokens: bounded loads weigh a request by
 	// Request.BodyBytes/BytesPerToken + DecodeWork. See DefaultDecodeWork.
 	DecodeWork int64
+	// MoveFactor prices a move in the least-work choice: a request sent to an engine other
+	// than its key's home (the engine the node's sidecars last sent the key to) is charged
+	// MoveFactor × its prompt tokens, the prefill it redoes there and the context it leaves
+	// behind for the key's next turns. A key no sidecar has placed is charged nothing: it
+	// has no cache to lose, so it goes where the least work is. See DefaultMoveFactor.
+	MoveFactor float64
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
 	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
@@ -52,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.DecodeWork < 0 {
 		errs = append(errs, fmt.Errorf("decode work is %d: want >= 0", c.DecodeWork))
+	}
+	if !(c.MoveFactor >= 0) || c.MoveFactor > maxMoveFactor {
+		errs = append(errs, fmt.Errorf("move factor is %v: want 0..%v", c.MoveFactor, maxMoveFactor))
 	}
 	if c.Log == nil {
 		errs = append(errs, errors.New("decide: a logger is required"))
@@ -85,14 +94,28 @@ type Core struct {
 	window    atomic.Int64 // unix nanos at which the current report window began
 	// tablesBuilt counts the picker tables built, by cause (causeView, causePenalties).
 	tablesBuilt [2]atomic.Int64
-	// meanWork is the mean work of this core's requests in flight when an engine's load
-	// was last observed (float64 bits; 0 before any): the work ObserveEngineLoad charges
-	// each request other routers hold.
-	meanWork atomic.Uint64
-	// homes remembers each key's last engine (picker.Homes): the least-work choice keeps a
-	// conversation where its newest context went.
-	homes *picker.Homes
+	// routedN and routedWork count the requests this core steered and their work; meanMu
+	// guards meanWork, the mean work of recent ones (see requestWork), and the counts it
+	// last read.
+	routedN, routedWork atomic.Int64
+	meanMu              sync.Mutex
+	meanWork            float64
+	meanN, meanW        int64
+	// homes remembers each key's last engine (picker.Homes), its own and its peers'
+	// (AdoptPlacements): the least-work choice keeps a conversation where its newest
+	// context went. drained is the journal cursor of AppendPlacements, under drainMu.
+	homes   *picker.Homes
+	drainMu sync.Mutex
+	drained uint64
 }
+
+// DefaultMoveFactor is the shipped Config.MoveFactor. On the simulator's Mooncake trace
+// (docs/results/README.md) a move priced at 3 prompts kept more conversations with their
+// cache than one priced at one prompt, at the same balance.
+const DefaultMoveFactor = 3
+
+// maxMoveFactor bounds Config.MoveFactor far above any useful value.
+const maxMoveFactor = 1000
 
 // homeSlots is the size of a core's key memory: 8 bytes a slot, 512 KiB in all; keys
 // beyond it share slots and, on a collision, fall back to the key's order.
@@ -320,7 +343,11 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	// cached prefix): the least-work choice charges it the prompt's tokens.
 	prompt := int64(req.BodyBytes / BytesPerToken)
 	work := prompt + c.cfg.DecodeWork
-	res := m.table.PickHome(req.Key, work, prompt, c.homes.Lookup(req.Key, m.table), buf[:0])
+	home, move := c.homes.Lookup(req.Key, m.table), int64(0)
+	if home >= 0 {
+		move = int64(c.cfg.MoveFactor * float64(prompt))
+	}
+	res := m.table.PickHome(req.Key, work, move, home, buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -347,6 +374,8 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.Retries, d.RetryOn = 1, RetryOnUnsent
 	}
 	c.homes.Remember(req.Key, m.table, primary)
+	c.routedN.Add(1)
+	c.routedWork.Add(work)
 	id := c.tickets.next()
 	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
 		start: c.clock.Now(), requestID: req.RequestID}) {
@@ -540,18 +569,70 @@ func (c *Core) LoadTargets(dst []LoadTarget) []LoadTarget {
 	return dst
 }
 
-// requestWork is the mean work of the core's requests in flight, or the last such mean
-// when none are, or DecodeWork (a short request's) before any.
+// meanWorkRequests is how many recent requests requestWork's mean remembers: each new
+// one weighs 1/meanWorkRequests.
+const meanWorkRequests = 256
+
+// requestWork is the mean work of the requests this core steered, the last few hundred
+// weighing most, or DecodeWork (a short request's) before any. It prices the requests
+// other routers hold (ObserveEngineLoad): they come from the same clients, so they cost
+// what this core's cost. The mean of only the requests in flight, which it replaced, is a
+// handful of requests at a few per second and swung with each (docs/results/README.md).
 func (c *Core) requestWork() float64 {
-	if n := c.loads.Total(); n > 0 {
-		m := float64(c.loads.TotalWork()) / float64(n)
-		c.meanWork.Store(math.Float64bits(m))
-		return m
+	n, w := c.routedN.Load(), c.routedWork.Load()
+	c.meanMu.Lock()
+	defer c.meanMu.Unlock()
+	if dn := n - c.meanN; dn > 0 {
+		batch := float64(w-c.meanW) / float64(dn)
+		if c.meanN == 0 {
+			c.meanWork = batch
+		} else {
+			keep := math.Pow(1-1.0/meanWorkRequests, float64(dn))
+			c.meanWork = keep*c.meanWork + (1-keep)*batch
+		}
+		c.meanN, c.meanW = n, w
 	}
-	if b := c.meanWork.Load(); b != 0 {
-		return math.Float64frombits(b)
+	if c.meanN == 0 {
+		return float64(max(c.cfg.DecodeWork, 1))
 	}
-	return float64(max(c.cfg.DecodeWork, 1))
+	return c.meanWork
+}
+
+// Placement is a routing key's upper 48 bits (picker.KeyBits) and the engine address a
+// sidecar sent the key's request to: the meridian.v1 Placement the sidecars of a node
+// exchange through the control server.
+type Placement struct {
+	Key     uint64
+	Address string
+}
+
+// AppendPlacements appends the keys whose engine this core changed since the previous
+// call (a new key, or one the least-work choice moved), oldest first, for the node's other
+// sidecars; when more changed than the journal holds, the oldest are lost. Placements the
+// core adopted from peers are not among them. Call it from the exchange, not per request.
+func (c *Core) AppendPlacements(dst []Placement) []Placement {
+	c.drainMu.Lock()
+	defer c.drainMu.Unlock()
+	c.drained = c.homes.Drain(c.drained, func(key uint64, id uint32) {
+		if addr := c.loads.Address(id); addr != "" {
+			dst = append(dst, Placement{Key: key, Address: addr})
+		}
+	})
+	return dst
+}
+
+// AdoptPlacements records what the node's other sidecars placed: a key's next request
+// here treats the placement's engine as its home. It returns how many it adopted;
+// placements on addresses this core has never routed to are ignored.
+func (c *Core) AdoptPlacements(ps []Placement) int {
+	n := 0
+	for _, p := range ps {
+		if id := c.loads.ID(p.Address); id != 0 {
+			c.homes.Adopt(p.Key, id)
+			n++
+		}
+	}
+	return n
 }
 
 // ObservedLoad returns the work other routers were last observed to hold, per engine

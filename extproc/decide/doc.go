@@ -36,7 +36,9 @@
 //	routing snapshot              Update, RefreshPenalties        Route, Outcome   atomic.Pointer; rebuilds serialized by rebuildMu (off the request path)
 //	per-engine in-flight counts   Route (start), Outcome/EndStream/Expire (done)  Route (bounded loads)  atomics in picker.Loads, padded per engine
 //	per-engine observed work      ObserveEngineLoad (the engine-load scrape)     Route (least-work choice)  atomics in picker.Loads (the map under its mutex, off the request path)
-//	each key's last engine        Route (Remember)               Route (PickHome)  atomic words in picker.Homes, one per slot
+//	each key's last engine        Route (Remember), AdoptPlacements (peers')  Route (PickHome)  atomic words in picker.Homes, one per slot
+//	changed homes, for peers      Route (Remember's journal)     AppendPlacements  an atomic cursor and ring in picker.Homes; the drain under drainMu
+//	mean work of routed requests  Route (two atomic adds)        ObserveEngineLoad  atomics; the mean under meanMu (off the request path)
 //	per-model arrival counters    Route                          BuildReport      atomic.Int64 (Swap at each report)
 //	per-model shed state          Route (Decide), ApplyPolicy    Route            the model's own mutex (guard.ModelShedder)
 //	retry credits and curve       Route (Allow), Outcome (Spent), ApplyPolicy    Route  CAS on a float64's bits; atomic.Pointer for the curve

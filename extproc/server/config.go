@@ -32,6 +32,8 @@ type Config struct {
 	// DecodeWork is the prompt-token equivalents bounded loads charge for a request's
 	// decode, on top of its body's tokens (decide.Config.DecodeWork).
 	DecodeWork int64
+	// MoveFactor prices moving a key off its home, in prompts (decide.Config.MoveFactor).
+	MoveFactor float64
 	Outliers   guard.OutlierConfig
 	// Retry applies until the control server sends its own budget in a policy, which then
 	// wins (the control server's --retry-* flags set it).
@@ -47,6 +49,9 @@ type Config struct {
 	EngineLoad EngineLoadConfig
 	// ReportInterval is how often load reports go to the control server.
 	ReportInterval time.Duration
+	// PlacementInterval is how often the sidecar sends the keys it placed to the control
+	// server, which relays them to the node's other sidecars (placements.go).
+	PlacementInterval time.Duration
 	// PenaltyInterval is how often outlier penalties are re-evaluated.
 	PenaltyInterval time.Duration
 	// BodyLimitBytes is Envoy's per-connection buffer limit (the bootstrap's --buffer-limit).
@@ -112,7 +117,7 @@ func DefaultConfig(log *slog.Logger) Config {
 // Core is the decision core's part of c.
 func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
-		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, Log: c.Log}
+		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -146,7 +151,8 @@ func (c Config) Validate() error {
 		add(fmt.Errorf("request.body_limit_bytes must be >= 4096 (got %d)", c.BodyLimitBytes))
 	}
 	for name, d := range map[string]time.Duration{"report_interval": c.ReportInterval, "penalty_interval": c.PenaltyInterval,
-		"max_request_age": c.MaxRequestAge, "request.hold_timeout": c.HoldTimeout} {
+		"placements.exchange_interval": c.PlacementInterval,
+		"max_request_age":              c.MaxRequestAge, "request.hold_timeout": c.HoldTimeout} {
 		if d <= 0 {
 			add(fmt.Errorf("%s must be > 0 (got %s)", name, d))
 		}
@@ -186,7 +192,15 @@ type File struct {
 	Shed           FileShed         `yaml:"shed"`
 	Priority       PriorityConfig   `yaml:"priority"`
 	EngineLoad     EngineLoadConfig `yaml:"engine_load"`
+	Placements     FilePlacements   `yaml:"placements"`
 	ReportInterval time.Duration    `yaml:"report_interval"`
+}
+
+// FilePlacements is the file's placements: section.
+type FilePlacements struct {
+	// ExchangeInterval: how often this sidecar's placements go to the node's other
+	// sidecars, through the control server.
+	ExchangeInterval time.Duration `yaml:"exchange_interval"`
 }
 
 // FileRequest is the file's request: section.
@@ -210,6 +224,9 @@ type FilePicker struct {
 	// SpillFloor: an engine holding less work than this many short requests'
 	// (spill_floor × decode_work_tokens) keeps its keys.
 	SpillFloor int64 `yaml:"spill_floor"`
+	// MoveFactor: the least-work choice charges a request sent off its key's home this
+	// many times its prompt's tokens.
+	MoveFactor float64 `yaml:"move_factor"`
 }
 
 // FileOutliers is the file's outliers: section.
@@ -242,6 +259,14 @@ const DefaultSpillFloor = 6
 const (
 	maxDecodeWorkTokens = 1 << 24
 	maxSpillFloor       = 1 << 20
+	maxMoveFactor       = 1000
+)
+
+// The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
+// heard after 10 s is past most conversations' next turn.
+const (
+	minPlacementInterval = 10 * time.Millisecond
+	maxPlacementInterval = 10 * time.Second
 )
 
 // DefaultFile is the sidecar's shipped configuration, as its file would state it.
@@ -252,7 +277,7 @@ func DefaultFile() File {
 			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
 		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
-			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor},
+			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor, MoveFactor: decide.DefaultMoveFactor},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
 		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
 		// restarted engine is back in use within about 15 s, and a still-broken one is pushed
@@ -263,6 +288,7 @@ func DefaultFile() File {
 		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter},
 		Priority:       PriorityConfig{Default: 1, Header: "x-meridian-priority"},
 		EngineLoad:     EngineLoadConfig{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond},
+		Placements:     FilePlacements{ExchangeInterval: 200 * time.Millisecond},
 		ReportInterval: time.Second,
 	}
 }
@@ -325,6 +351,9 @@ func (f File) Validate() error {
 	if p.SpillFloor < 0 || p.SpillFloor > maxSpillFloor {
 		bad("picker.spill_floor", "is %d: want 0..%d (0: none)", p.SpillFloor, maxSpillFloor)
 	}
+	if !(p.MoveFactor >= 0) || p.MoveFactor > maxMoveFactor {
+		bad("picker.move_factor", "is %v: want 0..%d (0: a move costs nothing)", p.MoveFactor, maxMoveFactor)
+	}
 	if f.Outliers.PenaltyRecoverHalfLife <= 0 {
 		bad("outliers.penalty_recover_half_life", "is %s: want > 0", f.Outliers.PenaltyRecoverHalfLife)
 	}
@@ -351,6 +380,9 @@ func (f File) Validate() error {
 	}
 	if f.ReportInterval <= 0 {
 		bad("report_interval", "is %s: want > 0", f.ReportInterval)
+	}
+	if i := f.Placements.ExchangeInterval; i < minPlacementInterval || i > maxPlacementInterval {
+		bad("placements.exchange_interval", "is %s: want %s..%s", i, minPlacementInterval, maxPlacementInterval)
 	}
 	return errors.Join(errs...)
 }
@@ -400,24 +432,26 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	sh := guard.DefaultShedConfig()
 	sh.Priorities, sh.RetryAfter = f.Shed.Priorities, f.Shed.RetryAfter
 	c := Config{
-		Request:         req,
-		AffinityBlocks:  f.Request.AffinityBlocks,
-		Picker:          pk,
-		DecodeWork:      f.Picker.DecodeWorkTokens,
-		Outliers:        oc,
-		Retry:           f.retry(),
-		Shed:            sh,
-		SheddableBelow:  f.Shed.SheddableBelow,
-		Decisions:       1024,
-		Priority:        f.Priority,
-		EngineLoad:      f.EngineLoad,
-		ReportInterval:  f.ReportInterval,
-		PenaltyInterval: 250 * time.Millisecond,
-		MaxRequestAge:   15 * time.Minute,
-		BodyLimitBytes:  f.Request.BodyLimitBytes,
-		HoldTimeout:     f.Request.HoldTimeout,
-		MaxRequest:      f.Request.MaxRequestBytes,
-		Log:             log,
+		Request:           req,
+		AffinityBlocks:    f.Request.AffinityBlocks,
+		Picker:            pk,
+		DecodeWork:        f.Picker.DecodeWorkTokens,
+		MoveFactor:        f.Picker.MoveFactor,
+		Outliers:          oc,
+		Retry:             f.retry(),
+		Shed:              sh,
+		SheddableBelow:    f.Shed.SheddableBelow,
+		Decisions:         1024,
+		Priority:          f.Priority,
+		EngineLoad:        f.EngineLoad,
+		ReportInterval:    f.ReportInterval,
+		PlacementInterval: f.Placements.ExchangeInterval,
+		PenaltyInterval:   250 * time.Millisecond,
+		MaxRequestAge:     15 * time.Minute,
+		BodyLimitBytes:    f.Request.BodyLimitBytes,
+		HoldTimeout:       f.Request.HoldTimeout,
+		MaxRequest:        f.Request.MaxRequestBytes,
+		Log:               log,
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err

@@ -42,6 +42,9 @@ type metrics struct {
 	scrapes   metric.Int64Counter
 	scrapeOK  metric.MeasurementOption
 	scrapeErr metric.MeasurementOption
+	placed    metric.Int64Counter
+	sentOpt   metric.MeasurementOption
+	adoptOpt  metric.MeasurementOption
 
 	mu   sync.RWMutex
 	opts map[[6]string]metric.MeasurementOption
@@ -65,7 +68,7 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [14]error
+	var errs [15]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
@@ -80,6 +83,9 @@ func newMetrics(g gauges) (*metrics, error) {
 	m.scrapes, errs[12] = meter.Int64Counter("meridian_sidecar_engine_load_scrapes",
 		metric.WithDescription("Scrapes of the engines' load gauges (engine_load), by result: ok or error."))
 	m.scrapeOK, m.scrapeErr = metric.WithAttributes(attribute.String("result", "ok")), metric.WithAttributes(attribute.String("result", "error"))
+	m.placed, errs[14] = meter.Int64Counter("meridian_sidecar_placements",
+		metric.WithDescription("Prefix placements exchanged with the node's other sidecars, by direction: sent (this sidecar's) or adopted (its peers')."))
+	m.sentOpt, m.adoptOpt = metric.WithAttributes(attribute.String("direction", "sent")), metric.WithAttributes(attribute.String("direction", "adopted"))
 	var penalty, inflightGauge, observedGauge metric.Float64ObservableGauge
 	var builds metric.Int64ObservableCounter
 	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
@@ -119,6 +125,16 @@ func (m *metrics) scraped(ok bool) {
 		o = m.scrapeOK
 	}
 	m.scrapes.Add(context.Background(), 1, o)
+}
+
+// placements counts placements sent to or adopted from the node's other sidecars.
+func (m *metrics) placements(sent, adopted int) {
+	if sent > 0 {
+		m.placed.Add(context.Background(), int64(sent), m.sentOpt)
+	}
+	if adopted > 0 {
+		m.placed.Add(context.Background(), int64(adopted), m.adoptOpt)
+	}
 }
 
 // opt returns the cached measurement option for up to three label pairs kv (name,

@@ -220,6 +220,7 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 
 	go srv.Run(ctx)
 	go srv.Report(ctx, conn, f.nodeID, f.sidecarID)
+	go srv.ExchangePlacements(ctx, conn, f.nodeID, f.sidecarID)
 	errc := make(chan error, 3)
 	go func() {
 		// Until the first xDS view arrives the sidecar could only pass requests through

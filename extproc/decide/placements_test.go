@@ -1,0 +1,134 @@
+package decide
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
+	"github.com/meridian-router/meridian/extproc/outcome"
+	"github.com/meridian-router/meridian/extproc/picker"
+)
+
+// placementCore is a core on the sidecar's defaults with model "a" on a0..a3.
+func placementCore(t *testing.T) *Core {
+	t.Helper()
+	pk := picker.DefaultConfig()
+	pk.Buckets = 1 << 10
+	c, err := New(Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
+		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
+		MoveFactor: DefaultMoveFactor, Log: slog.New(slog.DiscardHandler)}, guardtest.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(twoModels(nil)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const placementPrompt = 4000 // tokens: a request's work is 4000 + DefaultDecodeWork
+
+func route(t *testing.T, c *Core, key uint64) Decision {
+	t.Helper()
+	d := c.Route(Request{Model: "a", Key: key, BodyBytes: placementPrompt * BytesPerToken}, make([]int, 0, 8))
+	if d.Verdict != Steer {
+		t.Fatalf("verdict %v", d.Verdict)
+	}
+	return d
+}
+
+func addrOf(engine string) string {
+	for _, ep := range twoModels(nil).Models["a"].Endpoints {
+		if ep.Engine == engine {
+			return ep.Address
+		}
+	}
+	return ""
+}
+
+// A key one sidecar placed off its consistent-hash order reaches a peer as a placement;
+// the peer then sends the key's next request where the first went, and a peer that did
+// not hear of it follows the key's order. Adopted placements are not sent on again.
+func TestPlacementsLetPeersFollowAKeysEngine(t *testing.T) {
+	a, b, deaf := placementCore(t), placementCore(t), placementCore(t)
+	const key = 0xabcdef0123456789
+	first := route(t, deaf, key).Engine // the key's first engine, on an idle core
+
+	// On a, the key's first engine is busy with others' work: a new key goes elsewhere.
+	a.ObserveEngineLoad(addrOf(first), 10)
+	placed := route(t, a, key).Engine
+	if placed == first {
+		t.Fatalf("a placed the new key on its busy first engine %s", first)
+	}
+	ps := a.AppendPlacements(nil)
+	if len(ps) != 1 || ps[0].Key != picker.KeyBits(key) || ps[0].Address != addrOf(placed) {
+		t.Fatalf("a's placements %+v, want the key on %s (%s)", ps, placed, addrOf(placed))
+	}
+	if again := a.AppendPlacements(nil); len(again) != 0 {
+		t.Errorf("a second drain repeats %+v", again)
+	}
+	if n := b.AdoptPlacements(append(ps, Placement{Key: 1 << 20, Address: "10.9.9.9:1"})); n != 1 {
+		t.Errorf("b adopted %d placements, want 1 (the unknown address is ignored)", n)
+	}
+	if got := route(t, b, key).Engine; got != placed {
+		t.Errorf("b sent the key's next request to %s, want %s where a placed it", got, placed)
+	}
+	if echo := b.AppendPlacements(nil); len(echo) != 0 {
+		t.Errorf("b sends on what it adopted: %+v", echo)
+	}
+	if got := route(t, deaf, key).Engine; got != first {
+		t.Errorf("a core without the placement sent the key to %s, want its first %s", got, first)
+	}
+}
+
+// A key no sidecar has placed has no cache to lose: the least-work choice moves it off a
+// busy engine for free. A key placed there before is charged MoveFactor prompts to leave,
+// so under the same load it stays with its context.
+func TestAHomelessKeyMovesFreelyAHomedKeyStays(t *testing.T) {
+	homed, fresh := placementCore(t), placementCore(t)
+	const key, other = 0x1234567890abcdef, 0x0fedcba987654321
+	d := route(t, homed, key)
+	first := d.Engine
+	homed.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(first), Status: 200, Attempts: 1})
+	// fresh routes another key once, so both price others' requests at the same mean work.
+	d2 := route(t, fresh, other)
+	fresh.Outcome(outcome.Record{Ticket: d2.Ticket, Upstream: addrOf(d2.Engine), Status: 200, Attempts: 1})
+
+	// Two other routers' requests on the key's first engine: 2 x 5024 of work, past the
+	// spill floor (6144) but less than a move's 3 x 4000 more than an idle engine.
+	for _, c := range []*Core{homed, fresh} {
+		c.ObserveEngineLoad(addrOf(first), 2)
+	}
+	if got := route(t, homed, key).Engine; got != first {
+		t.Errorf("the homed key left its engine %s for %s: a move costs more than the load it avoids", first, got)
+	}
+	if got := route(t, fresh, key); got.Engine == first || !got.Spilled {
+		t.Errorf("the homeless key stayed on the busy %s (spilled %v): it has no cache to lose there", got.Engine, got.Spilled)
+	}
+}
+
+// Others' requests are priced at the mean work of the requests the core steered, which
+// outlives the requests in flight.
+func TestRequestWorkIsTheMeanOfRecentRequests(t *testing.T) {
+	c := placementCore(t)
+	if got := c.requestWork(); got != DefaultDecodeWork {
+		t.Errorf("before any request: %v, want the decode work %d", got, DefaultDecodeWork)
+	}
+	for i := range 10 {
+		d := route(t, c, uint64(i)<<32)
+		c.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(d.Engine), Status: 200, Attempts: 1})
+	}
+	if got, want := c.requestWork(), float64(placementPrompt+DefaultDecodeWork); got != want {
+		t.Errorf("after ten equal requests: %v, want %v", got, want)
+	}
+	// Requests twice as large pull the mean towards them, over a few hundred requests.
+	for i := range 256 {
+		d := c.Route(Request{Model: "a", Key: uint64(i) << 40, BodyBytes: 2 * placementPrompt * BytesPerToken}, make([]int, 0, 8))
+		c.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(d.Engine), Status: 200, Attempts: 1})
+	}
+	small, large := float64(placementPrompt+DefaultDecodeWork), float64(2*placementPrompt+DefaultDecodeWork)
+	if got := c.requestWork(); !(got > small+0.5*(large-small) && got < large) {
+		t.Errorf("after 256 larger requests: %v, want between the midpoint %v and %v", got, (small+large)/2, large)
+	}
+}

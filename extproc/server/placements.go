@@ -1,0 +1,104 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/meridian-router/meridian/extproc/decide"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+// maxPlacementsPerBatch bounds one batch this sidecar sends; the control server refuses
+// larger ones (control/server's placement relay has the same bound).
+const maxPlacementsPerBatch = 8192
+
+// ExchangePlacements keeps a placement stream to the control server open until ctx is
+// done: every PlacementInterval it sends the keys this sidecar placed since the last
+// batch, and it adopts every batch the node's other sidecars placed, which the control
+// server relays. A conversation whose turns reach different sidecars then finds the
+// engine its previous turn went to (decide.Core.AdoptPlacements). It reconnects with
+// backoff; while disconnected, placements made meanwhile are sent on reconnection (up to
+// the journal's size) and keys fall back to their consistent-hash order.
+func (s *Server) ExchangePlacements(ctx context.Context, conn grpc.ClientConnInterface, nodeID, sidecarID string) {
+	client := meridianv1.NewLoadReportingClient(conn)
+	backoff := 100 * time.Millisecond
+	var refusedLogged time.Time
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := s.exchangeOnce(ctx, client, nodeID, sidecarID)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		logReportEnd(s.cfg.Log, err, backoff, &refusedLogged)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (s *Server) exchangeOnce(ctx context.Context, client meridianv1.LoadReportingClient, nodeID, sidecarID string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.ExchangePlacements(ctx)
+	if err != nil {
+		return err
+	}
+	// The first message opens the stream for the node, placements or not.
+	if err := stream.Send(&meridianv1.Placements{NodeId: nodeID, SidecarId: sidecarID}); err != nil {
+		return err
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		var ps []decide.Placement
+		for {
+			b, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			ps = ps[:0]
+			for _, p := range b.GetPlacements() {
+				ps = append(ps, decide.Placement{Key: p.GetKey(), Address: p.GetAddress()})
+			}
+			s.metrics.placements(0, s.core.AdoptPlacements(ps))
+		}
+	}()
+	t := time.NewTicker(s.cfg.PlacementInterval)
+	defer t.Stop()
+	var buf []decide.Placement
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-recvErr:
+			return err
+		case <-t.C:
+			buf = s.core.AppendPlacements(buf[:0])
+			for len(buf) > 0 {
+				n := min(len(buf), maxPlacementsPerBatch)
+				if err := stream.Send(placementBatch(buf[:n])); err != nil {
+					return err
+				}
+				s.metrics.placements(n, 0)
+				buf = buf[n:]
+			}
+		}
+	}
+}
+
+// placementBatch is ps as the wire carries them.
+func placementBatch(ps []decide.Placement) *meridianv1.Placements {
+	out := &meridianv1.Placements{Placements: make([]*meridianv1.Placement, len(ps))}
+	for i, p := range ps {
+		out.Placements[i] = &meridianv1.Placement{Key: p.Key, Address: p.Address}
+	}
+	return out
+}
