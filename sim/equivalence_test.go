@@ -159,3 +159,38 @@ func serveExtProc(t *testing.T, srv *server.Server) func(*testing.T, string) (st
 		return dest, retries, 0
 	}
 }
+
+// The simulated sidecars of a cluster exchange placements as the control server relays
+// them: a key one replica placed reaches the cluster's other replicas, and only them, and
+// their next request for it goes where the first did.
+func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
+	cfg := &Config{Regions: DefaultRegions, EnginesPerRegion: 3, RTT: DefaultRTT(), Replicas: 4}
+	w := &Workload{ColdService: 2}
+	m, err := newMeridian(fleetShape{clusters: 3, engines: 9}, cfg, w, defaultTuning(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = 0x0123_4567_89ab_cdef
+	idle, err := newMeridian(fleetShape{clusters: 3, engines: 9}, cfg, w, defaultTuning(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	usual := idle.Route(0, &Request{ID: 1, Cluster: 0, Key: key, InputTokens: 4000}).Engines[0] // the key's first engine
+	// Replica 0 sees others' work on the key's first engine, so it places the new key elsewhere.
+	m.sidecars[0][0].core.ObserveEngineLoad(m.addrs[usual], 10)
+	first := m.Route(0, &Request{ID: 1, Cluster: 0, Replica: 0, Key: key, InputTokens: 4000})
+	if first.Engines[0] == usual {
+		t.Fatalf("replica 0 placed the new key on its busy first engine %d", usual)
+	}
+	if got := m.exchange(); got != 3 {
+		t.Fatalf("%d placements adopted, want 3 (the cluster's other replicas)", got)
+	}
+	if got := m.exchange(); got != 0 {
+		t.Errorf("a second exchange adopted %d placements, want none", got)
+	}
+	for rep := 1; rep < 4; rep++ {
+		if r := m.Route(0, &Request{ID: 1 + rep, Cluster: 0, Replica: rep, Key: key, InputTokens: 4000}); r.Engines[0] != first.Engines[0] {
+			t.Errorf("replica %d sent the key to engine %d, want %d where replica 0 placed it", rep, r.Engines[0], first.Engines[0])
+		}
+	}
+}

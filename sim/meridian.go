@@ -97,8 +97,11 @@ type meridian struct {
 	lastReport  time.Duration
 	lastPen     time.Duration
 	lastScrape  time.Duration
-	buf         [picker.MaxExamined]int
-	engineBuf   []string
+	// lastExchange is when the sidecars' placements were last relayed; placed is its buffer.
+	lastExchange time.Duration
+	placed       []decide.Placement
+	buf          [picker.MaxExamined]int
+	engineBuf    []string
 }
 
 // sidecar is one sidecar of one cluster: a decision core and its identity.
@@ -125,7 +128,7 @@ func (c *virtualClock) Now() time.Time { return time.Unix(0, 0).Add(c.now) }
 func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, error) {
 	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{},
 		inflight: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
-		lastScrape: -scrapePeriod}
+		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval}
 	if err := m.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
 	}

@@ -88,6 +88,27 @@ func (m *meridian) solve() {
 	}
 }
 
+// exchange relays each sidecar's new placements to the other sidecars of its cluster, as
+// the control server's placement relay does every placements.exchange_interval (the
+// simulator runs it on the scrape's 50 ms grid). It returns how many placements the
+// sidecars adopted.
+func (m *meridian) exchange() (adopted int) {
+	for _, pool := range m.sidecars {
+		for _, from := range pool {
+			m.placed = from.core.AppendPlacements(m.placed[:0])
+			if len(m.placed) == 0 {
+				continue
+			}
+			for _, to := range pool {
+				if to != from {
+					adopted += to.core.AdoptPlacements(m.placed)
+				}
+			}
+		}
+	}
+	return adopted
+}
+
 // ScrapePeriod is how often each sidecar scrapes its engines' load gauges (the
 // sidecar's engine_load.scrape_interval); 0 turns the feed off.
 func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interval }
@@ -97,6 +118,10 @@ func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interv
 // forgets its load.
 func (m *meridian) Scrape(now time.Duration, v *View) {
 	m.clock.now = now
+	if now-m.lastExchange >= m.cfg.PlacementInterval {
+		m.lastExchange = now
+		m.exchange()
+	}
 	for _, pool := range m.sidecars {
 		for _, sc := range pool {
 			for e, ev := range v.Engines {
