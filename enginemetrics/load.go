@@ -6,26 +6,47 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 )
 
-// Load is an engine's queue as its load gauges state it, summed over its series.
+// Load is an engine's queue and KV cache as its load gauges state them.
 type Load struct {
-	// Running and Waiting are vllm:num_requests_running and vllm:num_requests_waiting.
+	// Running and Waiting are vllm:num_requests_running and vllm:num_requests_waiting,
+	// summed over their series.
 	Running, Waiting float64
+	// KVUsage is vllm:kv_cache_usage_perc (or the older vllm:gpu_cache_usage_perc), the
+	// mean over its series, in [0, 1]; NaN when the engine exposes neither.
+	KVUsage float64
+	// KVTokens is the KV cache's capacity in tokens: num_gpu_blocks x block_size from the
+	// labels of vllm:cache_config_info (vLLM's CacheConfig); 0 when the engine does not
+	// state both.
+	KVTokens float64
+}
+
+// KVHeld is the tokens the engine's KV cache holds for its running requests (KVUsage x
+// KVTokens), and whether the engine states both.
+func (l Load) KVHeld() (float64, bool) {
+	if !(l.KVTokens > 0) || !(l.KVUsage >= 0 && l.KVUsage <= 1) {
+		return 0, false
+	}
+	return l.KVUsage * l.KVTokens, true
 }
 
 // Requests is the requests the engine holds: running plus waiting.
 func (l Load) Requests() float64 { return l.Running + l.Waiting }
 
 var (
-	runningName = []byte("vllm:num_requests_running")
-	waitingName = []byte("vllm:num_requests_waiting")
+	runningName     = []byte("vllm:num_requests_running")
+	waitingName     = []byte("vllm:num_requests_waiting")
+	kvUsageName     = []byte("vllm:kv_cache_usage_perc")
+	kvUsageOldName  = []byte("vllm:gpu_cache_usage_perc")
+	cacheConfigName = []byte("vllm:cache_config_info")
 )
 
-// ParseLoad reads only the two load gauges from a text exposition, line by line, without
+// ParseLoad reads only the load gauges from a text exposition, line by line, without
 // building metric families: the sidecar reads them every few tens of milliseconds from
 // every engine, and a full Parse of a vLLM exposition (histograms for every latency) costs
 // tens of times more. Series are summed, as Parse sums them. It fails when the exposition
@@ -33,6 +54,8 @@ var (
 func ParseLoad(r io.Reader) (Load, error) {
 	var l Load
 	var seenRunning, seenWaiting bool
+	var usage float64
+	usageSeries := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4<<10), 1<<20)
 	for sc.Scan() {
@@ -46,6 +69,14 @@ func ParseLoad(r io.Reader) (Load, error) {
 			dst, seenRunning = &l.Running, true
 		case seriesOf(line, waitingName):
 			dst, seenWaiting = &l.Waiting, true
+		case seriesOf(line, kvUsageName), seriesOf(line, kvUsageOldName):
+			dst = &usage
+			usageSeries++
+		case seriesOf(line, cacheConfigName):
+			if l.KVTokens == 0 {
+				l.KVTokens = cacheTokens(line)
+			}
+			continue
 		default:
 			continue
 		}
@@ -61,7 +92,53 @@ func ParseLoad(r io.Reader) (Load, error) {
 	if !seenRunning && !seenWaiting {
 		return Load{}, fmt.Errorf("parse load gauges: neither %s nor %s is exposed", runningName, waitingName)
 	}
+	l.KVUsage = math.NaN()
+	if usageSeries > 0 {
+		l.KVUsage = usage / float64(usageSeries)
+	}
 	return l, nil
+}
+
+// cacheTokens is num_gpu_blocks x block_size from a vllm:cache_config_info sample's
+// labels, 0 when either is missing or not a positive integer (vLLM writes "None" before
+// the cache is sized).
+func cacheTokens(line []byte) float64 {
+	blocks, size := labelInt(line, "num_gpu_blocks"), labelInt(line, "block_size")
+	if blocks <= 0 || size <= 0 {
+		return 0
+	}
+	return float64(blocks) * float64(size)
+}
+
+// labelInt is the value of label name in a sample line's label set, as a positive
+// integer, or 0.
+func labelInt(line []byte, name string) int64 {
+	end := bytes.LastIndexByte(line, '}')
+	if end < 0 {
+		return 0
+	}
+	labels := line[:end]
+	for i := 0; ; {
+		j := bytes.Index(labels[i:], []byte(name+`="`))
+		if j < 0 {
+			return 0
+		}
+		j += i
+		if c := labels[j-1]; c != '{' && c != ',' && c != ' ' { // a longer name ending in name
+			i = j + len(name)
+			continue
+		}
+		v := labels[j+len(name)+2:]
+		k := bytes.IndexByte(v, '"')
+		if k < 0 {
+			return 0
+		}
+		n, err := strconv.ParseInt(string(v[:k]), 10, 64)
+		if err != nil || n <= 0 {
+			return 0
+		}
+		return n
+	}
 }
 
 // seriesOf reports whether line is a sample of the metric name (followed by its labels or

@@ -3,6 +3,7 @@ package enginemetrics
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,7 +24,8 @@ func TestParseLoadAgreesWithParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if l.Running != full.Running || l.Waiting != full.Waiting || l.Requests() != full.Running+full.Waiting {
+			if l.Running != full.Running || l.Waiting != full.Waiting || l.Requests() != full.Running+full.Waiting ||
+				math.Abs(l.KVUsage-full.KVCacheUsage) > 1e-12 {
 				t.Errorf("%s twin=%v: ParseLoad %+v, Parse running %v waiting %v", gen.kv, twin, l, full.Running, full.Waiting)
 			}
 		}
@@ -44,6 +46,32 @@ func TestParseLoadLines(t *testing.T) {
 	}
 	if _, err := ParseLoad(strings.NewReader("vllm:num_requests_waiting{a=\"b\"} many\n")); err == nil {
 		t.Error("a gauge whose value is not a number must fail")
+	}
+}
+
+// The KV cache's use and capacity: the usage gauge (either name) and vLLM's
+// cache_config_info labels, num_gpu_blocks x block_size.
+func TestParseLoadReadsTheKVCache(t *testing.T) {
+	text := "vllm:num_requests_running 1\n" +
+		`vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.9",my_num_gpu_blocks="7",num_gpu_blocks="661"} 1` + "\n" +
+		`vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25` + "\n"
+	l, err := ParseLoad(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, ok := l.KVHeld(); !ok || l.KVTokens != 661*16 || held != 0.25*661*16 {
+		t.Errorf("ParseLoad = %+v (held %v, %v); want 661 x 16 tokens, a quarter held", l, held, ok)
+	}
+	l, err = ParseLoad(strings.NewReader("vllm:num_requests_running 1\nvllm:gpu_cache_usage_perc 0.5\n" +
+		`vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1` + "\n"))
+	if err != nil || l.KVUsage != 0.5 || l.KVTokens != 0 {
+		t.Errorf("older name, unsized cache: %+v, %v; want usage 0.5 and no capacity", l, err)
+	}
+	if _, ok := l.KVHeld(); ok {
+		t.Error("an engine that does not state its capacity has no KV view")
+	}
+	if l, _ = ParseLoad(strings.NewReader("vllm:num_requests_running 1\n")); !math.IsNaN(l.KVUsage) {
+		t.Errorf("no usage gauge: KVUsage %v, want NaN", l.KVUsage)
 	}
 }
 

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meridian-router/meridian/control/xds"
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/extproc/request"
 	"github.com/meridian-router/meridian/extproc/server"
@@ -177,7 +179,7 @@ func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
 	}
 	usual := idle.Route(0, &Request{ID: 1, Cluster: 0, Key: key, InputTokens: 4000}).Engines[0] // the key's first engine
 	// Replica 0 sees others' work on the key's first engine, so it places the new key elsewhere.
-	m.sidecars[0][0].core.ObserveEngineLoad(m.addrs[usual], 10)
+	m.sidecars[0][0].core.ObserveEngineLoad(m.addrs[usual], enginemetrics.Load{Running: 10, KVUsage: math.NaN()})
 	first := m.Route(0, &Request{ID: 1, Cluster: 0, Replica: 0, Key: key, InputTokens: 4000})
 	if first.Engines[0] == usual {
 		t.Fatalf("replica 0 placed the new key on its busy first engine %d", usual)

@@ -100,8 +100,10 @@ type meridian struct {
 	// lastExchange is when the sidecars' placements were last relayed; placed is its buffer.
 	lastExchange time.Duration
 	placed       []decide.Placement
-	buf          [picker.MaxExamined]int
-	engineBuf    []string
+	// kvTokens is each engine's KV capacity in tokens, as its cache_config_info states it.
+	kvTokens  float64
+	buf       [picker.MaxExamined]int
+	engineBuf []string
 }
 
 // sidecar is one sidecar of one cluster: a decision core and its identity.
@@ -128,7 +130,8 @@ func (c *virtualClock) Now() time.Time { return time.Unix(0, 0).Add(c.now) }
 func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, error) {
 	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{},
 		inflight: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
-		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval}
+		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval,
+		kvTokens: float64(cfg.Engine.KVBlocks * cfg.Engine.BlockTokens)}
 	if err := m.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
 	}

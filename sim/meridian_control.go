@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/meridian-router/meridian/control/optimizer"
@@ -113,9 +112,9 @@ func (m *meridian) exchange() (adopted int) {
 // sidecar's engine_load.scrape_interval); 0 turns the feed off.
 func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interval }
 
-// Scrape hands every sidecar each engine's running and waiting requests, as its own
-// scrape of the engine's /metrics would read them; a down engine fails the scrape, which
-// forgets its load.
+// Scrape hands every sidecar each engine's running and waiting requests and KV-cache use,
+// as its own scrape of the engine's /metrics would read them (with the capacity vLLM
+// states in cache_config_info); a down engine fails the scrape, which forgets its load.
 func (m *meridian) Scrape(now time.Duration, v *View) {
 	m.clock.now = now
 	if now-m.lastExchange >= m.cfg.PlacementInterval {
@@ -125,11 +124,12 @@ func (m *meridian) Scrape(now time.Duration, v *View) {
 	for _, pool := range m.sidecars {
 		for _, sc := range pool {
 			for e, ev := range v.Engines {
-				q := math.NaN()
-				if ev.Up {
-					q = float64(ev.Running + ev.Waiting)
+				if !ev.Up {
+					sc.core.ForgetEngineLoad(m.addrs[e])
+					continue
 				}
-				sc.core.ObserveEngineLoad(m.addrs[e], q)
+				sc.core.ObserveEngineLoad(m.addrs[e], enginemetrics.Load{Running: float64(ev.Running),
+					Waiting: float64(ev.Waiting), KVUsage: ev.KVUsage, KVTokens: m.kvTokens})
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +21,15 @@ type collector struct {
 	prefixQueries, prefixHits               *prometheus.Desc
 	success, promptTokens, generationTokens *prometheus.Desc
 	ttft, itl, e2e                          *prometheus.Desc
+	// cacheConfig is vLLM's vllm:cache_config_info (an info gauge, always 1, whose labels
+	// state the KV cache's block_size and num_gpu_blocks); nil when the mock has no KV
+	// cache (fixed latencies), where vLLM would state one its usage never reflects.
+	cacheConfig *prometheus.Desc
 }
 
-func newMetricsHandler(name string, models []string, stats func() engine.Stats) http.Handler {
+// newMetricsHandler serves the engine's metrics; kv is its KV cache (KVBlocks of
+// BlockTokens tokens), the zero Config when it has none.
+func newMetricsHandler(name string, models []string, kv engine.Config, stats func() engine.Stats) http.Handler {
 	labels := []string{"engine", "model_name"}
 	d := func(n, help string) *prometheus.Desc { return prometheus.NewDesc(n, help, labels, nil) }
 	c := &collector{engine: name, models: models, stats: stats,
@@ -38,6 +45,10 @@ func newMetricsHandler(name string, models []string, stats func() engine.Stats) 
 		itl:              d("vllm:inter_token_latency_seconds", "Time between output tokens in seconds."),
 		e2e:              d("vllm:e2e_request_latency_seconds", "Request latency from arrival to last token, in seconds."),
 	}
+	if kv.KVBlocks > 0 && kv.BlockTokens > 0 {
+		c.cacheConfig = prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", nil,
+			prometheus.Labels{"engine": name, "block_size": fmt.Sprint(kv.BlockTokens), "num_gpu_blocks": fmt.Sprint(kv.KVBlocks)})
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -47,6 +58,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeBy
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.stats()
+	if c.cacheConfig != nil {
+		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1)
+	}
 	for _, m := range c.models {
 		gauge := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, c.engine, m)

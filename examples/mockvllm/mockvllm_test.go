@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meridian-router/meridian/enginemetrics"
 )
 
 // startMock serves the mock on a free 127.0.0.1 port with the given flags.
@@ -184,6 +186,8 @@ func TestMetricsUseVLLMNames(t *testing.T) {
 		`vllm:num_requests_running{engine="mock-a",model_name="m1"} 0`,
 		`vllm:num_requests_waiting{engine="mock-a",model_name="m2"} 0`,
 		`vllm:kv_cache_usage_perc{engine="mock-a",model_name="m1"}`,
+		`vllm:cache_config_info{block_size="`,
+		`num_gpu_blocks="`,
 		`vllm:prefix_cache_queries_total{engine="mock-a",model_name="m1"} 200`,
 		`vllm:prefix_cache_hits_total{engine="mock-a",model_name="m1"} 99`,
 		`vllm:time_to_first_token_seconds_count{engine="mock-a",model_name="m1"} 2`,
@@ -319,5 +323,28 @@ func TestHelpAndBadFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--block-tokens", "0"}); err == nil || !strings.Contains(err.Error(), "BlockTokens") {
 		t.Errorf("--block-tokens 0: %v", err)
+	}
+}
+
+// The mock states its KV cache as vLLM does (cache_config_info), and the sidecar's load
+// read finds its capacity there; with fixed latencies it has no cache and states none.
+func TestMetricsStateTheKVCache(t *testing.T) {
+	load := func(base string) enginemetrics.Load {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		l, err := enginemetrics.ParseLoad(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if l := load(startMock(t, "--kv-tokens", "160000", "--block-tokens", "16")); l.KVTokens != 160000 || l.KVUsage != 0 {
+		t.Errorf("model mock: %+v, want 160000 KV tokens at usage 0", l)
+	}
+	if l := load(startMock(t, "--ttft", "10ms")); l.KVTokens != 0 {
+		t.Errorf("fixed-latency mock states %v KV tokens, want none", l.KVTokens)
 	}
 }

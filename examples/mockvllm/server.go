@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/extproc/request"
+	"github.com/meridian-router/meridian/sim/engine"
 )
 
 type server struct {
@@ -54,7 +55,11 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("GET /v1/models", s.listModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.Handle("GET /metrics", newMetricsHandler(s.cfg.name, s.cfg.models, s.backend.stats))
+	kv := s.cfg.engine
+	if s.cfg.fixed {
+		kv = engine.Config{} // no KV cache to state
+	}
+	mux.Handle("GET /metrics", newMetricsHandler(s.cfg.name, s.cfg.models, kv, s.backend.stats))
 	mux.HandleFunc("GET /admin/faults", s.faults.handleGet)
 	mux.HandleFunc("POST /admin/faults", s.faults.handlePost)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/outcome"
 	"github.com/meridian-router/meridian/extproc/picker"
@@ -530,22 +531,35 @@ func (c *Core) InFlight() map[string]int64 {
 	return out
 }
 
-// ObserveEngineLoad records what the engine at addr reports it holds: requests is its
-// running plus waiting requests (vLLM's num_requests_running + num_requests_waiting, as
-// scraped). The requests beyond this core's own in flight there are other routers'
-// (the region's other sidecars): the picker's least-work choice counts them, each at
-// the mean work of this core's requests in flight (DecodeWork before it has had any),
-// until the next observation replaces them; bounded loads keep to the core's own. A
-// count that is not positive, or NaN, forgets the observation, so a failed scrape falls
-// back to the core's own counts. Call it from the scraper, not per request.
-func (c *Core) ObserveEngineLoad(addr string, requests float64) {
-	others := requests - float64(c.loads.InFlight(addr))
-	if !(others > 0) {
+// ObserveEngineLoad records what the engine at addr reports it holds, as its scraped
+// load gauges state it, beyond this core's own requests there: that is other routers'
+// work (the region's other sidecars), which the picker's least-work choice counts until
+// the next observation replaces it; bounded loads keep to the core's own. When the engine
+// states its KV cache's use and capacity (vLLM's kv_cache_usage_perc and
+// cache_config_info), its running requests weigh the tokens they hold and each waiting
+// one the mean work of this core's recent requests; otherwise every request, running or
+// waiting, weighs that mean (DecodeWork before the core has routed any). The tokens a
+// request holds say what it costs, where a count prices a 100k-token prompt as a short
+// one (docs/results/README.md has what the difference measured). A Running that is NaN
+// forgets the observation, so a failed scrape falls back to the core's own counts. Call
+// it from the scraper, not per request.
+func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
+	var others float64
+	if held, ok := l.KVHeld(); ok {
+		others = held + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
+	} else {
+		others = (l.Requests() - float64(c.loads.InFlight(addr))) * c.requestWork()
+	}
+	if !(others > 0) || math.IsInf(others, 0) {
 		c.loads.SetObserved(addr, 0)
 		return
 	}
-	c.loads.SetObserved(addr, int64(math.Round(others*c.requestWork())))
+	c.loads.SetObserved(addr, int64(math.Round(others)))
 }
+
+// ForgetEngineLoad drops the engine's observed load (its scrape failed): the least-work
+// choice sees only this core's own requests there until the next observation.
+func (c *Core) ForgetEngineLoad(addr string) { c.loads.SetObserved(addr, 0) }
 
 // LoadTarget is an engine whose load gauges the sidecar scrapes.
 type LoadTarget struct {

@@ -13,7 +13,8 @@
 // outlier penalty, one extproc/picker table per model (weighted rendezvous hashing with
 // bounded loads). Failover engines (EDS priority 1: no share, may be retried) follow the
 // picked ones in the destination list. What the sidecar scrapes of each engine's queue
-// (ObserveEngineLoad: running plus waiting requests, beyond the core's own) counts as
+// (ObserveEngineLoad: the tokens its KV cache holds and its waiting requests, or its
+// running plus waiting requests, beyond the core's own) counts as
 // other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
 // local cap (or past the share of it its priority may use: the top 20% of each cap is held
 // back from the lowest class, less for higher ones), or by the control server's shed

@@ -4,8 +4,15 @@ import (
 	"math"
 	"testing"
 
+	"github.com/meridian-router/meridian/enginemetrics"
+
 	"github.com/meridian-router/meridian/extproc/outcome"
 )
+
+// requests is a scrape that states only the engine's queue (no KV cache gauges).
+func requests(n float64) enginemetrics.Load {
+	return enginemetrics.Load{Running: n, KVUsage: math.NaN()}
+}
 
 // An engine's scraped queue beyond the core's own requests is other routers' work, at the
 // mean work of the core's own requests; a failed scrape (NaN) or a queue no longer than
@@ -28,7 +35,7 @@ func TestObserveEngineLoadCountsOnlyOthersWork(t *testing.T) {
 	}
 
 	// Before the core has sent anything, others' requests count as short ones.
-	c.ObserveEngineLoad("127.0.0.1:8000", 3)
+	c.ObserveEngineLoad("127.0.0.1:8000", requests(3))
 	if got := c.ObservedLoad()["a0"]; got != 3*DefaultDecodeWork {
 		t.Errorf("3 requests observed with none of ours: %d work, want 3 x decode work %d", got, 3*DefaultDecodeWork)
 	}
@@ -44,16 +51,16 @@ func TestObserveEngineLoadCountsOnlyOthersWork(t *testing.T) {
 		}
 	}
 	ours := int64(4000 + DefaultDecodeWork)
-	c.ObserveEngineLoad(addr, 5) // ours and four others
+	c.ObserveEngineLoad(addr, requests(5)) // ours and four others
 	if got := c.ObservedLoad()[d.Engine]; got != 4*ours {
 		t.Errorf("engine holds 5 requests, one of them ours: observed %d, want 4 x our mean work %d", got, 4*ours)
 	}
-	c.ObserveEngineLoad(addr, 1)
+	c.ObserveEngineLoad(addr, requests(1))
 	if got, ok := c.ObservedLoad()[d.Engine]; ok {
 		t.Errorf("the engine holds only our request; observed %d for others", got)
 	}
-	c.ObserveEngineLoad(addr, 6)
-	c.ObserveEngineLoad(addr, math.NaN())
+	c.ObserveEngineLoad(addr, requests(6))
+	c.ForgetEngineLoad(addr)
 	if got, ok := c.ObservedLoad()[d.Engine]; ok {
 		t.Errorf("a failed scrape must forget the observation; still %d", got)
 	}
@@ -63,8 +70,33 @@ func TestObserveEngineLoadCountsOnlyOthersWork(t *testing.T) {
 	if n := c.InFlightTotal(); n != 0 {
 		t.Fatalf("%d in flight after the outcome", n)
 	}
-	c.ObserveEngineLoad(addr, 2)
+	c.ObserveEngineLoad(addr, requests(2))
 	if got := c.ObservedLoad()[d.Engine]; got != 2*ours {
 		t.Errorf("after our request ended: observed %d, want 2 x the last mean %d", got, 2*ours)
+	}
+}
+
+// An engine that states its KV cache's use and capacity is weighed by the tokens it holds
+// (plus its waiting requests at the core's mean work), less the core's own work there:
+// one long prompt of another router's outweighs several short ones.
+func TestObserveEngineLoadWeighsTheTokensHeld(t *testing.T) {
+	c := placementCore(t)
+	d := route(t, c, 7) // ours: 4000 + decode work
+	ours := float64(placementPrompt + DefaultDecodeWork)
+	addr := addrOf(d.Engine)
+	// 100k tokens of cache, a quarter held, two waiting.
+	c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 2, Waiting: 2, KVUsage: 0.25, KVTokens: 100_000})
+	if got, want := c.ObservedLoad()[d.Engine], int64(25_000+2*ours-ours); got != want {
+		t.Errorf("observed %d, want the 25k tokens held + 2 waiting x our mean %v - our own %v = %d", got, ours, ours, want)
+	}
+	// The same two requests without the KV gauges count at our mean each, one of them ours.
+	c.ObserveEngineLoad(addr, requests(2))
+	if got, want := c.ObservedLoad()[d.Engine], int64(ours); got != want {
+		t.Errorf("without KV gauges: observed %d, want one request at our mean %d", got, want)
+	}
+	// A cache that holds less than our own request's work: nobody else's.
+	c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 1, KVUsage: 0.01, KVTokens: 100_000})
+	if got, ok := c.ObservedLoad()[d.Engine]; ok {
+		t.Errorf("1k tokens held, ours alone is 5k: observed %d for others", got)
 	}
 }

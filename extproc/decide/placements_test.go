@@ -56,7 +56,7 @@ func TestPlacementsLetPeersFollowAKeysEngine(t *testing.T) {
 	first := route(t, deaf, key).Engine // the key's first engine, on an idle core
 
 	// On a, the key's first engine is busy with others' work: a new key goes elsewhere.
-	a.ObserveEngineLoad(addrOf(first), 10)
+	a.ObserveEngineLoad(addrOf(first), requests(10))
 	placed := route(t, a, key).Engine
 	if placed == first {
 		t.Fatalf("a placed the new key on its busy first engine %s", first)
@@ -98,7 +98,7 @@ func TestAHomelessKeyMovesFreelyAHomedKeyStays(t *testing.T) {
 	// Two other routers' requests on the key's first engine: 2 x 5024 of work, past the
 	// spill floor (6144) but less than a move's 3 x 4000 more than an idle engine.
 	for _, c := range []*Core{homed, fresh} {
-		c.ObserveEngineLoad(addrOf(first), 2)
+		c.ObserveEngineLoad(addrOf(first), requests(2))
 	}
 	if got := route(t, homed, key).Engine; got != first {
 		t.Errorf("the homed key left its engine %s for %s: a move costs more than the load it avoids", first, got)

@@ -1,8 +1,9 @@
 // Package engineload is the sidecar's scrape of its engines' load gauges: every Interval
-// it reads vllm:num_requests_running and vllm:num_requests_waiting from each engine the
-// decision core routes to (at the metrics URL the control server publishes with the
-// endpoint) and hands the sum to the core, which counts the requests beyond its own as
-// other routers' work (decide.Core.ObserveEngineLoad).
+// it reads vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
+// and vllm:cache_config_info from each engine the decision core routes to (at the metrics
+// URL the control server publishes with the endpoint) and hands them to the core, which
+// counts what the engine holds beyond its own requests as other routers' work
+// (decide.Core.ObserveEngineLoad).
 //
 // Why: a region runs several sidecars, and each sees only its own share of the requests
 // in flight. Bounded loads and the least-work choice judged on that share alone rarely see
@@ -20,7 +21,6 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -33,7 +33,8 @@ import (
 // Core is the part of the decision core the scrape feeds.
 type Core interface {
 	LoadTargets(dst []decide.LoadTarget) []decide.LoadTarget
-	ObserveEngineLoad(addr string, requests float64)
+	ObserveEngineLoad(addr string, l enginemetrics.Load)
+	ForgetEngineLoad(addr string)
 }
 
 // Config configures Run.
@@ -103,9 +104,9 @@ func round(ctx context.Context, cfg Config, sc *enginemetrics.Scraper, core Core
 				return // shutting down: neither an observation nor a failure
 			}
 			if err != nil {
-				core.ObserveEngineLoad(tg.Address, math.NaN())
+				core.ForgetEngineLoad(tg.Address)
 			} else {
-				core.ObserveEngineLoad(tg.Address, l.Requests())
+				core.ObserveEngineLoad(tg.Address, l)
 			}
 			if cfg.OnScrape != nil {
 				cfg.OnScrape(err == nil)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/extproc/decide"
 )
 
@@ -25,10 +26,17 @@ func (f *fakeCore) LoadTargets(dst []decide.LoadTarget) []decide.LoadTarget {
 	return append(dst, f.targets...)
 }
 
-func (f *fakeCore) ObserveEngineLoad(addr string, requests float64) {
+func (f *fakeCore) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.seen[addr] = append(f.seen[addr], requests)
+	f.seen[addr] = append(f.seen[addr], l.Requests())
+}
+
+// ForgetEngineLoad records a failed scrape as NaN.
+func (f *fakeCore) ForgetEngineLoad(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen[addr] = append(f.seen[addr], math.NaN())
 }
 
 func (f *fakeCore) observed(addr string) []float64 {

@@ -70,6 +70,9 @@ func (l *Loads) SetObserved(addr string, work int64) {
 // Observed is the work others were last observed to hold on addr (SetObserved).
 func (l *Loads) Observed(addr string) int64 { return l.lookup(addr).x.Load() }
 
+// Work is the work in flight to addr, in the units given to Start.
+func (l *Loads) Work(addr string) int64 { return l.lookup(addr).w.Load() }
+
 // InFlight is the number of requests in flight to addr.
 func (l *Loads) InFlight(addr string) int64 { return l.lookup(addr).n.Load() }
 

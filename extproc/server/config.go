@@ -79,8 +79,8 @@ type Config struct {
 }
 
 // EngineLoadConfig is the sidecar's scrape of its engines' load gauges (vLLM's
-// num_requests_running and num_requests_waiting on each engine's /metrics, at the URL
-// the control server publishes with the endpoint). It is the sidecar's view of the work
+// num_requests_running, num_requests_waiting, kv_cache_usage_perc and cache_config_info
+// on each engine's /metrics, at the URL the control server publishes with the endpoint). It is the sidecar's view of the work
 // other routers hold on each engine: the picker's least-work choice counts it with the
 // sidecar's own in-flight work (decide.Core.ObserveEngineLoad); bounded loads do not.
 type EngineLoadConfig struct {
