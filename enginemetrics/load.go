@@ -27,9 +27,11 @@ type Load struct {
 }
 
 // KVHeld is the tokens the engine's KV cache holds for its running requests (KVUsage x
-// KVTokens), and whether the engine states both.
+// KVTokens), and whether the engine states both meaningfully: a cache that holds nothing
+// while requests run is not tracked by the gauge (llm-d-inference-sim with its KV cache
+// off states a capacity and 0 usage), so it says nothing.
 func (l Load) KVHeld() (float64, bool) {
-	if !(l.KVTokens > 0) || !(l.KVUsage >= 0 && l.KVUsage <= 1) {
+	if !(l.KVTokens > 0) || !(l.KVUsage >= 0 && l.KVUsage <= 1) || (l.KVUsage == 0 && l.Running > 0) {
 		return 0, false
 	}
 	return l.KVUsage * l.KVTokens, true

@@ -70,6 +70,12 @@ func TestParseLoadReadsTheKVCache(t *testing.T) {
 	if _, ok := l.KVHeld(); ok {
 		t.Error("an engine that does not state its capacity has no KV view")
 	}
+	// A capacity with nothing held while a request runs: the gauge does not track the cache.
+	l, err = ParseLoad(strings.NewReader("vllm:num_requests_running 3\nvllm:kv_cache_usage_perc 0\n" +
+		`vllm:cache_config_info{block_size="16",num_gpu_blocks="1024"} 1` + "\n"))
+	if _, ok := l.KVHeld(); err != nil || ok {
+		t.Errorf("3 running, 0 held: KVHeld ok %v (%v), want no KV view", ok, err)
+	}
 	if l, _ = ParseLoad(strings.NewReader("vllm:num_requests_running 1\n")); !math.IsNaN(l.KVUsage) {
 		t.Errorf("no usage gauge: KVUsage %v, want NaN", l.KVUsage)
 	}
