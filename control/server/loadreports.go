@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -83,20 +84,7 @@ func (l *loadReports) StreamLoad(stream meridianv1.LoadReporting_StreamLoadServe
 	}()
 	l.store(first)
 
-	sendErr := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stream.Context().Done():
-				return
-			case p := <-ps.ch:
-				if err := stream.Send(p); err != nil {
-					sendErr <- err
-					return
-				}
-			}
-		}
-	}()
+	sendErr := sendAll(stream.Context(), ps.ch, stream.Send)
 	for {
 		rep, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -115,6 +103,26 @@ func (l *loadReports) StreamLoad(stream meridianv1.LoadReporting_StreamLoadServe
 		default:
 		}
 	}
+}
+
+// sendAll sends every message from ch on a stream until ctx is done, in its own
+// goroutine; the returned channel gets the first send error.
+func sendAll[T any](ctx context.Context, ch <-chan T, send func(T) error) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-ch:
+				if err := send(m); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+	}()
+	return errc
 }
 
 func (l *loadReports) store(rep *meridianv1.LoadReport) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meridian-router/meridian/control/xds"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // Placement relay bounds. A placement is one sidecar's hint to its peers; these keep what
@@ -86,20 +87,7 @@ func (r *placementRelay) exchange(stream meridianv1.LoadReporting_ExchangePlacem
 		r.mu.Unlock()
 	}()
 
-	sendErr := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stream.Context().Done():
-				return
-			case b := <-ps.ch:
-				if err := stream.Send(b); err != nil {
-					sendErr <- err
-					return
-				}
-			}
-		}
-	}()
+	sendErr := sendAll(stream.Context(), ps.ch, stream.Send)
 	for b := first; ; {
 		if err := r.relay(node, first.GetSidecarId(), ps, b); err != nil {
 			return err
@@ -164,14 +152,5 @@ func (r *placementRelay) relay(node, sidecar string, from *placementStream, b *m
 
 // nodeAddresses is the set of endpoint addresses the plan gives node, for any model.
 func nodeAddresses(plan *xds.Plan, node string) map[string]bool {
-	out := map[string]bool{}
-	if plan == nil {
-		return out
-	}
-	for _, eps := range plan.Assignments[node] {
-		for _, e := range eps {
-			out[e.Address] = true
-		}
-	}
-	return out
+	return nodeEndpoints(plan, node, func(e xdsapi.Endpoint) string { return e.Address })
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/meridian-router/meridian/control/xds"
 	"github.com/meridian-router/meridian/mtls"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // Report bounds. A report is the word of one sidecar; these keep what a buggy or forged
@@ -184,13 +185,19 @@ func demandLimit(f *fleet.Fleet, model string) (float64, bool) {
 
 // nodeEngines are the engines of node's snapshot (any model, any priority).
 func nodeEngines(plan *xds.Plan, node string) map[string]bool {
+	return nodeEndpoints(plan, node, func(e xdsapi.Endpoint) string { return e.Engine })
+}
+
+// nodeEndpoints is the set of key(endpoint) over the endpoints the plan gives node, for
+// any model.
+func nodeEndpoints(plan *xds.Plan, node string, key func(xdsapi.Endpoint) string) map[string]bool {
 	out := map[string]bool{}
 	if plan == nil {
 		return out
 	}
 	for _, eps := range plan.Assignments[node] {
 		for _, e := range eps {
-			out[e.Engine] = true
+			out[key(e)] = true
 		}
 	}
 	return out

@@ -23,25 +23,7 @@ const maxPlacementsPerBatch = 8192
 // the journal's size) and keys fall back to their consistent-hash order.
 func (s *Server) ExchangePlacements(ctx context.Context, conn grpc.ClientConnInterface, nodeID, sidecarID string) {
 	client := meridianv1.NewLoadReportingClient(conn)
-	backoff := 100 * time.Millisecond
-	var refusedLogged time.Time
-	for ctx.Err() == nil {
-		began := time.Now()
-		err := s.exchangeOnce(ctx, client, nodeID, sidecarID)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(began) > 10*time.Second {
-			backoff = 100 * time.Millisecond
-		}
-		logReportEnd(s.cfg.Log, err, backoff, &refusedLogged)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
+	s.keepStream(ctx, func(ctx context.Context) error { return s.exchangeOnce(ctx, client, nodeID, sidecarID) })
 }
 
 func (s *Server) exchangeOnce(ctx context.Context, client meridianv1.LoadReportingClient, nodeID, sidecarID string) error {

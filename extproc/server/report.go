@@ -22,11 +22,18 @@ func (s *Server) ApplyPolicy(p *meridianv1.Policy) {
 // with backoff; while disconnected the sidecar keeps its last policy.
 func (s *Server) Report(ctx context.Context, conn grpc.ClientConnInterface, nodeID, sidecarID string) {
 	client := meridianv1.NewLoadReportingClient(conn)
+	s.keepStream(ctx, func(ctx context.Context) error { return s.reportOnce(ctx, client, nodeID, sidecarID) })
+}
+
+// keepStream runs one stream to the control server (once) until ctx is done, again after
+// each end: with a backoff from 100 ms doubling to 2 s, back to 100 ms after a stream that
+// lasted 10 s, logging refusals (logReportEnd).
+func (s *Server) keepStream(ctx context.Context, once func(context.Context) error) {
 	backoff := 100 * time.Millisecond
 	var refusedLogged time.Time
 	for ctx.Err() == nil {
 		began := time.Now()
-		err := s.reportOnce(ctx, client, nodeID, sidecarID)
+		err := once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
