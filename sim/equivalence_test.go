@@ -196,3 +196,35 @@ func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
 		}
 	}
 }
+
+// A request no engine's cache can hold is answered 400, as vLLM answers it: the sidecar
+// logs it as the request's fault, so neither its report nor its penalties count it
+// against the engine (a conversation of such prompts used to make its engine Failing and
+// drop its share at once).
+func TestRejectedRequestIsNotTheEnginesError(t *testing.T) {
+	cfg := &Config{Regions: DefaultRegions, EnginesPerRegion: 3, RTT: DefaultRTT()}
+	w := &Workload{ColdService: 2}
+	m, err := newMeridian(fleetShape{clusters: 3, engines: 9}, cfg, w, defaultTuning(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		r := &Request{ID: i, Cluster: 0, Key: 42, InputTokens: 200_000}
+		rt := m.Route(0, r)
+		m.Observe(0, Outcome{Kind: Sent, Request: r, Engine: rt.Engines[0]})
+		m.Observe(0, Outcome{Kind: Failed, Request: r, Engine: rt.Engines[0], Final: true, Rejected: true})
+	}
+	core := m.sidecars[0][0].core
+	if _, err := core.RefreshPenalties(); err != nil {
+		t.Fatal(err)
+	}
+	rep := core.BuildReport("us-east", "s")
+	for _, e := range rep.GetEngines() {
+		if e.GetErrors() != 0 {
+			t.Errorf("engine %s: %d errors reported for rejected requests, want 0", e.GetEngine(), e.GetErrors())
+		}
+	}
+	if len(rep.GetEngines()) == 0 {
+		t.Fatal("the report names no engine: the requests were not logged")
+	}
+}

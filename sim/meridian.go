@@ -265,6 +265,8 @@ func (m *meridian) Observe(now time.Duration, o Outcome) {
 			rec.Status, rec.TTFT, rec.TTFB = 200, a.ttft, a.ttft
 			rec.Decode = now - a.first
 			rec.BodyBytes = uint64(o.Request.OutputTokens) * decide.SSEChunkBytes
+		} else if o.Rejected {
+			rec.Status = 400 // the engine's answer to a request it cannot hold
 		} else {
 			rec.Status, rec.UpstreamFailure = 503, true
 		}

@@ -63,6 +63,9 @@ func (p *pController) Observe(_ time.Duration, o Outcome) {
 	case FirstToken:
 		sample = o.TTFT.Seconds()
 	case Failed:
+		if o.Rejected {
+			return // a bad request's answer says nothing of the engine's latency
+		}
 		sample = pcFailure.Seconds()
 	default:
 		return

@@ -76,6 +76,10 @@ type Outcome struct {
 	ITL time.Duration
 	// Final is set on a Failed outcome after which the request is not retried: it ended.
 	Final bool
+	// Rejected is set on a Failed outcome the engine answered as a bad request (vLLM's
+	// 400: the prompt and output do not fit its KV cache): the request's fault, not the
+	// engine's, so health and latency signals must not count it.
+	Rejected bool
 }
 
 // View is what a policy can see of the fleet at a tick: a scrape of every engine.

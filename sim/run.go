@@ -265,7 +265,7 @@ func (r *run) deliver(st *reqState, e int) {
 		OutputTokens: st.r.OutputTokens, Blocks: st.r.Blocks}
 	if err := s.eng.Enqueue(r.now, &st.er); err != nil {
 		// Too large for any engine: retrying elsewhere cannot help.
-		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e, Final: true})
+		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e, Final: true, Rejected: true})
 		r.rec.tooLarge += btoi(errors.Is(err, engine.ErrTooLarge))
 		r.end(st, failed)
 		return
