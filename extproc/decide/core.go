@@ -340,8 +340,9 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.Verdict, d.RetryAfter = NoEngine, c.cfg.Shed.RetryAfter
 		return d
 	}
-	// Another engine than the key's first must redo the prompt's prefill (it lacks the
-	// cached prefix): the least-work choice charges it the prompt's tokens.
+	// An engine other than the key's home must redo the prompt's prefill and leaves the
+	// key's context behind: the least-work choice charges it MoveFactor prompts. A key no
+	// sidecar of the node has placed has nothing cached to lose and moves for free.
 	prompt := int64(req.BodyBytes / BytesPerToken)
 	work := prompt + c.cfg.DecodeWork
 	home, move := c.homes.Lookup(req.Key, m.table), int64(0)
@@ -540,9 +541,10 @@ func (c *Core) InFlight() map[string]int64 {
 // one the mean work of this core's recent requests; otherwise every request, running or
 // waiting, weighs that mean (DecodeWork before the core has routed any). The tokens a
 // request holds say what it costs, where a count prices a 100k-token prompt as a short
-// one (docs/results/README.md has what the difference measured). A Running that is NaN
-// forgets the observation, so a failed scrape falls back to the core's own counts. Call
-// it from the scraper, not per request.
+// one (docs/results/README.md has what the difference measured). A result that is not a
+// positive finite number forgets the observation (ForgetEngineLoad is the failed scrape's
+// call), so the core falls back to its own counts. Call it from the scraper, not per
+// request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	var others float64
 	if held, ok := l.KVHeld(); ok {
@@ -637,7 +639,7 @@ func (c *Core) AppendPlacements(dst []Placement) []Placement {
 
 // AdoptPlacements records what the node's other sidecars placed: a key's next request
 // here treats the placement's engine as its home. It returns how many it adopted;
-// placements on addresses this core has never routed to are ignored.
+// placements on addresses that are in none of this core's tables are ignored.
 func (c *Core) AdoptPlacements(ps []Placement) int {
 	n := 0
 	for _, p := range ps {
