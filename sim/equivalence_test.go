@@ -180,7 +180,8 @@ func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
 	usual := idle.Route(0, &Request{ID: 1, Cluster: 0, Key: key, InputTokens: 4000}).Engines[0] // the key's first engine
 	// Replica 0 sees others' work on the key's first engine, so it places the new key elsewhere.
 	m.sidecars[0][0].core.ObserveEngineLoad(m.addrs[usual], enginemetrics.Load{Running: 10, KVUsage: math.NaN()})
-	first := m.Route(0, &Request{ID: 1, Cluster: 0, Replica: 0, Key: key, InputTokens: 4000})
+	const warm = 2 * time.Minute // past the sidecars' warm-up, when unknown keys are placed freely
+	first := m.Route(warm, &Request{ID: 1, Cluster: 0, Replica: 0, Key: key, InputTokens: 4000})
 	if first.Engines[0] == usual {
 		t.Fatalf("replica 0 placed the new key on its busy first engine %d", usual)
 	}
@@ -191,7 +192,7 @@ func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
 		t.Errorf("a second exchange adopted %d placements, want none", got)
 	}
 	for rep := 1; rep < 4; rep++ {
-		if r := m.Route(0, &Request{ID: 1 + rep, Cluster: 0, Replica: rep, Key: key, InputTokens: 4000}); r.Engines[0] != first.Engines[0] {
+		if r := m.Route(warm, &Request{ID: 1 + rep, Cluster: 0, Replica: rep, Key: key, InputTokens: 4000}); r.Engines[0] != first.Engines[0] {
 			t.Errorf("replica %d sent the key to engine %d, want %d where replica 0 placed it", rep, r.Engines[0], first.Engines[0])
 		}
 	}

@@ -108,7 +108,15 @@ type Core struct {
 	homes   *picker.Homes
 	drainMu sync.Mutex
 	drained uint64
+	// started is when the core was made (homeWarmup counts from it).
+	started time.Time
 }
+
+// homeWarmup is how long a new core takes a key it has no home for to be at home on the
+// key's first engine instead of placing it freely: a sidecar that restarts has forgotten
+// its homes, and its node's conversations come back within a minute or two; their caches
+// are on the engines the key order gave them, before the restart as after.
+const homeWarmup = time.Minute
 
 // DefaultMoveFactor is the shipped Config.MoveFactor. On the simulator's Mooncake trace
 // (docs/results/README.md) a move priced at 3 prompts kept more conversations with their
@@ -150,7 +158,8 @@ func New(cfg Config, clock guard.Clock) (*Core, error) {
 	if c.shedder, err = guard.NewShedder(cfg.Shed, clock); err != nil {
 		return nil, err
 	}
-	now := clock.Now().UnixNano()
+	c.started = clock.Now()
+	now := c.started.UnixNano()
 	c.window.Store(now)
 	c.lastOutcome.Store(now)
 	return c, nil
@@ -342,11 +351,15 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	}
 	// An engine other than the key's home must redo the prompt's prefill and leaves the
 	// key's context behind: the least-work choice charges it MoveFactor prompts. A key no
-	// sidecar of the node has placed has nothing cached to lose and moves for free.
+	// sidecar of the node has placed has nothing cached to lose and moves for free, except
+	// while the core is new (homeWarmup): then an unknown key may be one placed before a
+	// restart, and is taken to be at home on its first engine, where every sidecar's key
+	// order put it.
+	now := c.clock.Now()
 	prompt := int64(req.BodyBytes / BytesPerToken)
 	work := prompt + c.cfg.DecodeWork
 	home, move := c.homes.Lookup(req.Key, m.table), int64(0)
-	if home >= 0 {
+	if home >= 0 || now.Sub(c.started) < homeWarmup {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
 	res := m.table.PickHome(req.Key, work, move, home, buf[:0])
@@ -380,7 +393,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	c.routedWork.Add(work)
 	id := c.tickets.next()
 	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
-		start: c.clock.Now(), requestID: req.RequestID}) {
+		start: now, requestID: req.RequestID}) {
 		d.Ticket = id
 	}
 	c.steeredSinceOutcome.Add(1)

@@ -3,6 +3,7 @@ package decide
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/guard/guardtest"
@@ -10,21 +11,31 @@ import (
 	"github.com/meridian-router/meridian/extproc/picker"
 )
 
-// placementCore is a core on the sidecar's defaults with model "a" on a0..a3.
+// placementCore is a core on the sidecar's defaults with model "a" on a0..a3, past its
+// warm-up.
 func placementCore(t *testing.T) *Core {
+	t.Helper()
+	c, clk := newPlacementCore(t)
+	clk.Advance(homeWarmup)
+	return c
+}
+
+// newPlacementCore is placementCore just made, and its clock.
+func newPlacementCore(t *testing.T) (*Core, *guardtest.Clock) {
 	t.Helper()
 	pk := picker.DefaultConfig()
 	pk.Buckets = 1 << 10
+	clk := guardtest.NewClock()
 	c, err := New(Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
 		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
-		MoveFactor: DefaultMoveFactor, Log: slog.New(slog.DiscardHandler)}, guardtest.NewClock())
+		MoveFactor: DefaultMoveFactor, Log: slog.New(slog.DiscardHandler)}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Update(twoModels(nil)); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, clk
 }
 
 const placementPrompt = 4000 // tokens: a request's work is 4000 + DefaultDecodeWork
@@ -105,6 +116,23 @@ func TestAHomelessKeyMovesFreelyAHomedKeyStays(t *testing.T) {
 	}
 	if got := route(t, fresh, key); got.Engine == first || !got.Spilled {
 		t.Errorf("the homeless key stayed on the busy %s (spilled %v): it has no cache to lose there", got.Engine, got.Spilled)
+	}
+}
+
+// A core in its first minute (a sidecar just restarted, its homes forgotten) takes an
+// unknown key to be at home on its first engine, where the key order placed it before the
+// restart: under the load that moves a homeless key on a warm core, it stays.
+func TestANewCoreKeepsUnknownKeysOnTheirFirstEngine(t *testing.T) {
+	probe := placementCore(t)
+	const key, other = 0x1234567890abcdef, 0x0fedcba987654321
+	first := route(t, probe, key).Engine
+	c, clk := newPlacementCore(t)
+	d := route(t, c, other) // prices others' requests at the same mean as the warm cores'
+	c.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(d.Engine), Status: 200, Attempts: 1})
+	c.ObserveEngineLoad(addrOf(first), requests(2))
+	clk.Advance(homeWarmup - time.Second)
+	if got := route(t, c, key).Engine; got != first {
+		t.Errorf("a core 59 s old moved an unknown key off its first engine %s to %s", first, got)
 	}
 }
 
