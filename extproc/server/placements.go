@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -37,43 +36,31 @@ func (s *Server) exchangeOnce(ctx context.Context, client meridianv1.LoadReporti
 	if err := stream.Send(&meridianv1.Placements{NodeId: nodeID, SidecarId: sidecarID}); err != nil {
 		return err
 	}
-	recvErr := make(chan error, 1)
-	go func() {
-		var ps []decide.Placement
-		for {
-			b, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			ps = ps[:0]
-			for _, p := range b.GetPlacements() {
-				ps = append(ps, decide.Placement{Key: p.GetKey(), Address: p.GetAddress()})
-			}
-			s.metrics.placements(0, s.core.AdoptPlacements(ps))
-		}
-	}()
-	t := time.NewTicker(s.cfg.PlacementInterval)
-	defer t.Stop()
-	var buf []decide.Placement
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-recvErr:
+	var in []decide.Placement
+	var out []decide.Placement
+	return tickStream(ctx, s.cfg.PlacementInterval, func() error {
+		b, err := stream.Recv()
+		if err != nil {
 			return err
-		case <-t.C:
-			buf = s.core.AppendPlacements(buf[:0])
-			for len(buf) > 0 {
-				n := min(len(buf), maxPlacementsPerBatch)
-				if err := stream.Send(placementBatch(buf[:n])); err != nil {
-					return err
-				}
-				s.metrics.placements(n, 0)
-				buf = buf[n:]
-			}
 		}
-	}
+		in = in[:0]
+		for _, p := range b.GetPlacements() {
+			in = append(in, decide.Placement{Key: p.GetKey(), Address: p.GetAddress()})
+		}
+		s.metrics.placements(0, s.core.AdoptPlacements(in))
+		return nil
+	}, func() error {
+		out = s.core.AppendPlacements(out[:0])
+		for len(out) > 0 {
+			n := min(len(out), maxPlacementsPerBatch)
+			if err := stream.Send(placementBatch(out[:n])); err != nil {
+				return err
+			}
+			s.metrics.placements(n, 0)
+			out = out[n:]
+		}
+		return nil
+	})
 }
 
 // placementBatch is ps as the wire carries them.

@@ -57,18 +57,28 @@ func (s *Server) reportOnce(ctx context.Context, client meridianv1.LoadReporting
 	if err != nil {
 		return err
 	}
+	return tickStream(ctx, s.cfg.ReportInterval, func() error {
+		p, err := stream.Recv()
+		if err == nil {
+			s.ApplyPolicy(p)
+		}
+		return err
+	}, func() error { return stream.Send(s.core.BuildReport(nodeID, sidecarID)) })
+}
+
+// tickStream runs one open stream: recv in its own goroutine, over and over until it
+// fails, and tick every period, until ctx is done or either fails (its error is returned).
+func tickStream(ctx context.Context, every time.Duration, recv, tick func() error) error {
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			p, err := stream.Recv()
-			if err != nil {
+			if err := recv(); err != nil {
 				recvErr <- err
 				return
 			}
-			s.ApplyPolicy(p)
 		}
 	}()
-	t := time.NewTicker(s.cfg.ReportInterval)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -77,7 +87,7 @@ func (s *Server) reportOnce(ctx context.Context, client meridianv1.LoadReporting
 		case err := <-recvErr:
 			return err
 		case <-t.C:
-			if err := stream.Send(s.core.BuildReport(nodeID, sidecarID)); err != nil {
+			if err := tick(); err != nil {
 				return err
 			}
 		}
