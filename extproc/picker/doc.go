@@ -58,8 +58,8 @@
 //     rank every key identically, on any platform (the ranking uses only exact or
 //     singly rounded IEEE-754 arithmetic, no math.Log); with the same in-flight counts
 //     and observed work they Pick identically. This is what lets independent sidecars
-//     keep prefix affinity for a key none of them has placed yet, and for every key
-//     while the placement exchange (Homes) is down.
+//     agree on a key's engine while it is below the spill floor; past it, a key's home
+//     (Homes, exchanged among a node's sidecars) keeps it where its context went.
 //   - In-flight counters (requests and work) live in a Loads, keyed by address, so they
 //     survive table swaps. Tables built for the same pool of engines share one Loads;
 //     every Start is paired with exactly one Ticket.Done, which removes the work Start
