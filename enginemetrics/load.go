@@ -24,6 +24,25 @@ type Load struct {
 	// labels of vllm:cache_config_info (vLLM's CacheConfig); 0 when the engine does not
 	// state both.
 	KVTokens float64
+	// PrefixQueries and PrefixHits are vllm:prefix_cache_queries_total and
+	// vllm:prefix_cache_hits_total (prompt tokens looked up in the prefix cache, and found),
+	// GenerationTokens is vllm:generation_tokens_total; all summed over their series, and
+	// NaN when the engine exposes none of the counter's series.
+	PrefixQueries, PrefixHits, GenerationTokens float64
+}
+
+// KVWritten is how many tokens the engine has written into its KV cache since it started:
+// the prompt tokens its prefix cache did not hold (queries - hits) plus the tokens it
+// generated. Each takes blocks from the cache's free pool, which evicts the least recently
+// used cached prefix, so the growth of KVWritten since a prompt last ran there bounds how
+// much of the cache has turned over since (picker.Homes). ok is false when the engine does
+// not expose the three counters.
+func (l Load) KVWritten() (float64, bool) {
+	w := l.PrefixQueries - l.PrefixHits + l.GenerationTokens
+	if math.IsNaN(w) || w < 0 || math.IsInf(w, 0) {
+		return 0, false
+	}
+	return w, true
 }
 
 // KVHeld is the tokens the engine's KV cache holds for its running requests (KVUsage x
@@ -46,16 +65,19 @@ var (
 	kvUsageName     = []byte("vllm:kv_cache_usage_perc")
 	kvUsageOldName  = []byte("vllm:gpu_cache_usage_perc")
 	cacheConfigName = []byte("vllm:cache_config_info")
+	queriesName     = []byte("vllm:prefix_cache_queries_total")
+	hitsName        = []byte("vllm:prefix_cache_hits_total")
+	generationName  = []byte("vllm:generation_tokens_total")
 )
 
-// ParseLoad reads only the load gauges from a text exposition, line by line, without
+// ParseLoad reads only the load gauges (and the KV-cache counters KVWritten sums) from a text exposition, line by line, without
 // building metric families: the sidecar reads them every few tens of milliseconds from
 // every engine, and a full Parse of a vLLM exposition (histograms for every latency) costs
 // tens of times more. Series are summed, as Parse sums them. It fails when the exposition
 // carries neither gauge, so an engine that is not vLLM-compatible is not read as idle.
 func ParseLoad(r io.Reader) (Load, error) {
 	var l Load
-	var seenRunning, seenWaiting bool
+	var seenRunning, seenWaiting, seenQueries, seenHits, seenGeneration bool
 	var usage float64
 	usageSeries := 0
 	sc := bufio.NewScanner(r)
@@ -74,6 +96,12 @@ func ParseLoad(r io.Reader) (Load, error) {
 		case seriesOf(line, kvUsageName), seriesOf(line, kvUsageOldName):
 			dst = &usage
 			usageSeries++
+		case seriesOf(line, queriesName):
+			dst, seenQueries = &l.PrefixQueries, true
+		case seriesOf(line, hitsName):
+			dst, seenHits = &l.PrefixHits, true
+		case seriesOf(line, generationName):
+			dst, seenGeneration = &l.GenerationTokens, true
 		case seriesOf(line, cacheConfigName):
 			if l.KVTokens == 0 {
 				l.KVTokens = cacheTokens(line)
@@ -93,6 +121,14 @@ func ParseLoad(r io.Reader) (Load, error) {
 	}
 	if !seenRunning && !seenWaiting {
 		return Load{}, fmt.Errorf("parse load gauges: neither %s nor %s is exposed", runningName, waitingName)
+	}
+	for _, c := range []struct {
+		seen bool
+		v    *float64
+	}{{seenQueries, &l.PrefixQueries}, {seenHits, &l.PrefixHits}, {seenGeneration, &l.GenerationTokens}} {
+		if !c.seen {
+			*c.v = math.NaN()
+		}
 	}
 	l.KVUsage = math.NaN()
 	if usageSeries > 0 {

@@ -81,6 +81,28 @@ func TestParseLoadReadsTheKVCache(t *testing.T) {
 	}
 }
 
+// The cache's writes: prompt tokens not found in the prefix cache plus generated tokens,
+// over every series; an engine without the counters states none.
+func TestParseLoadReadsTheCacheWrites(t *testing.T) {
+	text := "vllm:num_requests_running 1\n" +
+		`vllm:prefix_cache_queries_total{engine="0"} 1000` + "\n" +
+		`vllm:prefix_cache_queries_total{engine="1"} 500` + "\n" +
+		`vllm:prefix_cache_hits_total{engine="0"} 400` + "\n" +
+		"vllm:prefix_cache_hits_total_extra 99\n" + // another metric
+		`vllm:generation_tokens_total{engine="0"} 70` + "\n"
+	l, err := ParseLoad(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, ok := l.KVWritten(); !ok || w != 1500-400+70 {
+		t.Errorf("KVWritten = %v, %v; want 1170 (1500 queried - 400 hits + 70 generated)", w, ok)
+	}
+	l, err = ParseLoad(strings.NewReader("vllm:num_requests_running 1\nvllm:generation_tokens_total 5\n"))
+	if _, ok := l.KVWritten(); err != nil || ok {
+		t.Errorf("no prefix-cache counters: KVWritten ok %v (%v), want false", ok, err)
+	}
+}
+
 func TestScrapeLoad(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
