@@ -125,7 +125,7 @@ func (r *placementRelay) relay(node, sidecar string, from *placementStream, b *m
 			unknown++
 			continue
 		}
-		out.Placements = append(out.Placements, &meridianv1.Placement{Key: p.GetKey() & placementKeyMask, Address: p.GetAddress()})
+		out.Placements = append(out.Placements, &meridianv1.Placement{Key: p.GetKey() & placementKeyMask, Address: p.GetAddress(), KvStamp: p.GetKvStamp()})
 	}
 	if unknown > 0 {
 		r.gate.dropped.WithLabelValues(dropUnknownAddress).Add(float64(unknown))

@@ -64,7 +64,7 @@ func TestPlacementsReachOnlyTheNodesOtherSidecars(t *testing.T) {
 	a1, a2 := openPlacements(t, ctx, asA, "region-a", "a1"), openPlacements(t, ctx, asA, "region-a", "a2")
 	b1 := openPlacements(t, ctx, asB, "region-b", "b1")
 	batch := &meridianv1.Placements{Placements: []*meridianv1.Placement{
-		{Key: 0x1234_5678_9abc_ffff, Address: "127.0.0.1:1"},
+		{Key: 0x1234_5678_9abc_ffff, Address: "127.0.0.1:1", KvStamp: 123_456},
 		{Key: 0x1111_2222_3333_0000, Address: "10.9.9.9:8000"}, // not an endpoint of region-a
 	}}
 	var got *meridianv1.Placements
@@ -82,8 +82,8 @@ func TestPlacementsReachOnlyTheNodesOtherSidecars(t *testing.T) {
 		t.Fatal("a2 received no placement from a1 within 10 s")
 	}
 	ps := got.GetPlacements()
-	if len(ps) != 1 || ps[0].GetKey() != 0x1234_5678_9abc_0000 || ps[0].GetAddress() != "127.0.0.1:1" {
-		t.Errorf("a2 received %v, want only the key on 127.0.0.1:1 with its lower 16 bits cleared", ps)
+	if len(ps) != 1 || ps[0].GetKey() != 0x1234_5678_9abc_0000 || ps[0].GetAddress() != "127.0.0.1:1" || ps[0].GetKvStamp() != 123_456 {
+		t.Errorf("a2 received %v, want only the key on 127.0.0.1:1 with its lower 16 bits cleared, and its KV stamp", ps)
 	}
 	time.Sleep(300 * time.Millisecond) // let anything misrouted arrive
 	select {

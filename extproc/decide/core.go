@@ -388,7 +388,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	if grant.Max == 0 {
 		d.Retries, d.RetryOn = 1, RetryOnUnsent
 	}
-	c.homes.Remember(req.Key, m.table, primary)
+	c.homes.Remember(req.Key, m.table, primary, prompt)
 	c.routedN.Add(1)
 	c.routedWork.Add(work)
 	id := c.tickets.next()
@@ -556,9 +556,17 @@ func (c *Core) InFlight() map[string]int64 {
 // request holds say what it costs, where a count prices a 100k-token prompt as a short
 // one (docs/results/README.md has what the difference measured). A result that is not a
 // positive finite number forgets the observation (ForgetEngineLoad is the failed scrape's
-// call), so the core falls back to its own counts. Call it from the scraper, not per
-// request.
+// call), so the core falls back to its own counts. It also records the tokens the engine
+// has written into its KV cache and the cache's capacity (Load.KVWritten and KVTokens):
+// a key's home expires once its engine has written more than its cache holds since the
+// key's placement (picker.Homes), and the key is then placed as a new one. Call it from
+// the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
+	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
+		c.loads.SetKVWritten(addr, int64(written), int64(l.KVTokens))
+	} else {
+		c.loads.SetKVWritten(addr, 0, 0)
+	}
 	var others float64
 	if held, ok := l.KVHeld(); ok {
 		others = held + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
@@ -633,6 +641,9 @@ func (c *Core) requestWork() float64 {
 type Placement struct {
 	Key     uint64
 	Address string
+	// KVStamp is the engine's KV-cache writes once the placed prompt was in its cache
+	// (picker.Homes' stamp), by the placing sidecar's scrape; 0 when it had none.
+	KVStamp int64
 }
 
 // AppendPlacements appends the keys whose engine this core changed since the previous
@@ -642,9 +653,9 @@ type Placement struct {
 func (c *Core) AppendPlacements(dst []Placement) []Placement {
 	c.drainMu.Lock()
 	defer c.drainMu.Unlock()
-	c.drained = c.homes.Drain(c.drained, func(key uint64, id uint32) {
+	c.drained = c.homes.Drain(c.drained, func(key uint64, id uint32, stamp int64) {
 		if addr := c.loads.Address(id); addr != "" {
-			dst = append(dst, Placement{Key: key, Address: addr})
+			dst = append(dst, Placement{Key: key, Address: addr, KVStamp: stamp})
 		}
 	})
 	return dst
@@ -656,8 +667,11 @@ func (c *Core) AppendPlacements(dst []Placement) []Placement {
 func (c *Core) AdoptPlacements(ps []Placement) int {
 	n := 0
 	for _, p := range ps {
-		if id := c.loads.ID(p.Address); id != 0 {
-			c.homes.Adopt(p.Key, id)
+		if id, stamp := c.loads.Stamp(p.Address); id != 0 {
+			if p.KVStamp > 0 {
+				stamp = p.KVStamp
+			}
+			c.homes.Adopt(p.Key, id, stamp)
 			n++
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 	"github.com/meridian-router/meridian/extproc/outcome"
@@ -158,5 +159,50 @@ func TestRequestWorkIsTheMeanOfRecentRequests(t *testing.T) {
 	small, large := float64(placementPrompt+DefaultDecodeWork), float64(2*placementPrompt+DefaultDecodeWork)
 	if got := c.requestWork(); !(got > small+0.5*(large-small) && got < large) {
 		t.Errorf("after 256 larger requests: %v, want between the midpoint %v and %v", got, (small+large)/2, large)
+	}
+}
+
+// cacheWrites is a scrape of an engine with n other requests running whose KV cache of
+// capacity tokens has taken written tokens since it started.
+func cacheWrites(n, written, capacity float64) enginemetrics.Load {
+	l := requests(n)
+	l.KVTokens, l.PrefixQueries, l.PrefixHits, l.GenerationTokens = capacity, written, 0, 0
+	return l
+}
+
+// A key's home expires once its engine has written more than its cache holds since the
+// key's request went there: the context is evicted, so under a load that keeps a homed key
+// in place, the key now moves as a homeless one. A peer that adopted the placement
+// carries its stamp and expires it at the same point.
+func TestAHomeExpiresWhenItsEngineCacheTurnsOver(t *testing.T) {
+	homed, peer := placementCore(t), placementCore(t)
+	const key, capacity = 0x1234567890abcdef, 100_000
+	first := route(t, placementCore(t), key).Engine
+	for _, c := range []*Core{homed, peer} {
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(0, 1_000_000, capacity))
+	}
+	d := route(t, homed, key)
+	if d.Engine != first {
+		t.Fatalf("an idle fleet sent the key to %s, want its first engine %s", d.Engine, first)
+	}
+	homed.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(first), Status: 200, Attempts: 1})
+	ps := homed.AppendPlacements(nil)
+	if len(ps) != 1 || ps[0].KVStamp != 1_000_000+placementPrompt+1 {
+		t.Fatalf("placements %+v, want the key stamped at 1,000,000 writes plus its prompt (+1)", ps)
+	}
+	peer.AdoptPlacements(ps)
+	// Two other routers' requests there (as in TestAHomelessKeyMovesFreelyAHomedKeyStays)
+	// and exactly a cache's worth of writes after the prompt: the home holds.
+	for _, c := range []*Core{homed, peer} {
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, 1_000_000+placementPrompt+capacity, capacity))
+	}
+	if got := route(t, peer, key).Engine; got != first {
+		t.Errorf("the peer moved the key off its warm home %s to %s", first, got)
+	}
+	for _, c := range []*Core{homed, peer} {
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, 1_000_000+placementPrompt+capacity+1, capacity))
+	}
+	if got := route(t, homed, key); got.Engine == first || !got.Spilled {
+		t.Errorf("the key stayed on %s (spilled %v) after its cache turned over", got.Engine, got.Spilled)
 	}
 }

@@ -47,7 +47,10 @@
 // home (Homes: the endpoint this node's sidecars last sent it to, its own placements and
 // its peers', which the decision core exchanges) takes the key's first
 // endpoint's place in the choice, so a conversation the choice moved stays with its
-// newest context instead of returning to an engine that caches only its older turns.
+// newest context instead of returning to an engine that caches only its older turns. A
+// home expires once its engine has written more tokens into its KV cache than the cache
+// holds since the placement (Loads.SetKVWritten, from the engine's vLLM counters): LRU
+// eviction has taken the context, and the key is placed as a new one.
 // docs/results/README.md has what it bought on the simulator.
 //
 // # Invariants

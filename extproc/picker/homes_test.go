@@ -13,7 +13,7 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Fatalf("an unseen key has home %d, want -1", got)
 	}
-	h.Remember(key, tb, 2)
+	h.Remember(key, tb, 2, 0)
 	if got := h.Lookup(key, tb); got != 2 {
 		t.Fatalf("home %d, want 2", got)
 	}
@@ -28,12 +28,12 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	if got := h.Lookup(other, tb); got != -1 {
 		t.Errorf("a key sharing the slot reads home %d, want -1", got)
 	}
-	h.Remember(other, tb, 1)
+	h.Remember(other, tb, 1, 0)
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Errorf("after a collision the evicted key reads home %d, want -1", got)
 	}
 	// An endpoint that left the table is no home, even with the same Loads.
-	h.Remember(key, tb, 3)
+	h.Remember(key, tb, 3, 0)
 	gone := tb.Endpoint(3).Address
 	var rest []Endpoint
 	for _, ep := range fleet(4, equal) {
@@ -53,8 +53,8 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	if got := nilHomes.Lookup(key, tb); got != -1 {
 		t.Errorf("a nil Homes has home %d", got)
 	}
-	nilHomes.Remember(key, tb, 0) // must not panic
-	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1); _ = h.Lookup(key, tb) }); n != 0 {
+	nilHomes.Remember(key, tb, 0, 0) // must not panic
+	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1, 0); _ = h.Lookup(key, tb) }); n != 0 {
 		t.Errorf("Remember and Lookup allocate %v times", n)
 	}
 }
@@ -71,14 +71,14 @@ func TestHomesJournalWhatChangedForPeers(t *testing.T) {
 	}
 	drain := func(cursor uint64) ([]placed, uint64) {
 		var out []placed
-		next := h.Drain(cursor, func(key uint64, id uint32) { out = append(out, placed{key, id}) })
+		next := h.Drain(cursor, func(key uint64, id uint32, _ int64) { out = append(out, placed{key, id}) })
 		return out, next
 	}
 	const a, b = 0x1111_2222_3333_4444, 0x5555_6666_7777_8888
-	h.Remember(a, tb, 1)
-	h.Remember(a, tb, 1) // unchanged: not journaled again
-	h.Remember(b, tb, 2)
-	h.Remember(a, tb, 3) // moved: journaled
+	h.Remember(a, tb, 1, 0)
+	h.Remember(a, tb, 1, 0) // unchanged: not journaled again
+	h.Remember(b, tb, 2, 0)
+	h.Remember(a, tb, 3, 0) // moved: journaled
 	got, cursor := drain(0)
 	want := []placed{{KeyBits(a), tb.ctr[1].id}, {KeyBits(b), tb.ctr[2].id}, {KeyBits(a), tb.ctr[3].id}}
 	if !slices.Equal(got, want) {
@@ -89,7 +89,7 @@ func TestHomesJournalWhatChangedForPeers(t *testing.T) {
 	}
 	// A peer's placement: the key's home, ready for Lookup, and not sent back.
 	const c = 0x9999_aaaa_bbbb_cccc
-	h.Adopt(c, loads.ID(tb.Endpoint(2).Address))
+	h.Adopt(c, loads.ID(tb.Endpoint(2).Address), 0)
 	if got := h.Lookup(c, tb); got != 2 {
 		t.Errorf("adopted home %d, want 2", got)
 	}
@@ -101,13 +101,13 @@ func TestHomesJournalWhatChangedForPeers(t *testing.T) {
 	}
 	// A drain that fell behind by more than the journal holds gets the newest only.
 	for i := range uint64(journalSize + 10) {
-		h.Remember(i<<20, tb, int(i%2))
+		h.Remember(i<<20, tb, int(i%2), 0)
 	}
 	got, _ = drain(cursor)
 	if len(got) != journalSize || got[len(got)-1].key != KeyBits(uint64(journalSize+9)<<20) {
 		t.Errorf("after an overflow: %d drained, last %x; want the newest %d", len(got), got[len(got)-1].key, journalSize)
 	}
-	if n := testing.AllocsPerRun(100, func() { h.Remember(a, tb, 1); h.Remember(a, tb, 2) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { h.Remember(a, tb, 1, 0); h.Remember(a, tb, 2, 0) }); n != 0 {
 		t.Errorf("Remember with journaling allocates %v times", n)
 	}
 }
@@ -143,5 +143,49 @@ func TestPickHomeKeepsAConversationWhereItWent(t *testing.T) {
 	// A home that is not among the key's candidates is ignored.
 	if r := tb.PickHome(key, 1_000, 1_000, order[len(order)-1]+100, nil); r.Order[0] != order[0] {
 		t.Errorf("a home outside the table: primary %d, want the key's first %d", r.Order[0], order[0])
+	}
+}
+
+// A home expires once its engine has written more into its KV cache than the cache holds
+// since the placement (LRU has evicted the key's context), or when the engine's writes go
+// back by more than that (it restarted, empty); an engine that states no capacity keeps
+// its placements. Peers' placements (Adopt) expire the same way.
+func TestHomesExpireWhenTheCacheTurnsOver(t *testing.T) {
+	loads := NewLoads()
+	tb := mustTable(t, testConfig(), fleet(4, equal), loads)
+	h := NewHomes(1 << 10)
+	addr := tb.Endpoint(1).Address
+	const key, peerKey, capacity, prompt = 0x1234567800000000, 0x8765432100000000, 100_000, 10_000
+	loads.SetKVWritten(addr, 5_000_000, capacity)
+	h.Remember(key, tb, 1, prompt)
+	id, stamp := loads.Stamp(addr)
+	h.Adopt(peerKey, id, stamp)
+	// The placed prompt itself (10,000 tokens) and 90,000 more: the cache still holds it.
+	loads.SetKVWritten(addr, 5_000_000+prompt+capacity, capacity)
+	if got := h.Lookup(key, tb); got != 1 {
+		t.Errorf("after exactly a cache's worth of other writes: home %d, want 1", got)
+	}
+	if got := h.Lookup(peerKey, tb); got != -1 {
+		t.Errorf("a peer's placement stamped before %d writes: home %d, want -1", prompt+capacity, got)
+	}
+	loads.SetKVWritten(addr, 5_000_000+prompt+capacity+1, capacity)
+	if got := h.Lookup(key, tb); got != -1 {
+		t.Errorf("the cache turned over: home %d, want -1 (no home)", got)
+	}
+	// A restart: the counters start again from 0.
+	h.Remember(key, tb, 1, prompt)
+	loads.SetKVWritten(addr, 7, capacity)
+	if got := h.Lookup(key, tb); got != -1 {
+		t.Errorf("the engine restarted: home %d, want -1", got)
+	}
+	// Unknown capacity: stamps are not taken, and a placement keeps its home.
+	loads.SetKVWritten(addr, 0, 0)
+	h.Remember(key, tb, 1, prompt)
+	loads.SetKVWritten(addr, 1e12, capacity)
+	if got := h.Lookup(key, tb); got != 1 {
+		t.Errorf("placed while the capacity was unknown: home %d, want 1", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1, prompt); _ = h.Lookup(key, tb) }); n != 0 {
+		t.Errorf("Remember and Lookup with stamps allocate %v times", n)
 	}
 }

@@ -8,11 +8,36 @@ import (
 // counter is one endpoint's in-flight count and outstanding work, padded to its own
 // cache line so that picks on different endpoints do not contend.
 type counter struct {
-	n  atomic.Int64 // requests
-	w  atomic.Int64 // work units (see Table.Pick)
-	x  atomic.Int64 // work others hold on the endpoint, as last observed (SetObserved); unused in Loads.total
-	id uint32       // the address's number in its Loads, from 1 (0: past maxID), for Homes
-	_  [36]byte
+	n atomic.Int64 // requests
+	w atomic.Int64 // work units (see Table.Pick)
+	x atomic.Int64 // work others hold on the endpoint, as last observed (SetObserved); unused in Loads.total
+	// kw and kc are the tokens the engine has written into its KV cache and the cache's
+	// capacity, as last observed (SetKVWritten; kc 0: unknown), for Homes' expiry.
+	kw, kc atomic.Int64
+	id     uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
+	_      [20]byte
+}
+
+// stamp is what Homes stores with a placement on this endpoint of a prompt of tokens: the
+// cache's writes once the prompt is in it, plus 1 so that a stamp is never 0; 0 when the
+// cache's capacity is unknown (such a placement never expires).
+func (c *counter) stamp(tokens int64) int64 {
+	if c.kc.Load() <= 0 {
+		return 0
+	}
+	return c.kw.Load() + max(tokens, 0) + 1
+}
+
+// turnedOver reports whether the engine's cache has written more than its capacity since
+// stamp (a placement's), so that LRU eviction has taken what the placement cached; or
+// fewer than nothing by more than its capacity: the engine restarted, with an empty cache.
+func (c *counter) turnedOver(stamp int64) bool {
+	capacity := c.kc.Load()
+	if stamp == 0 || capacity <= 0 {
+		return false
+	}
+	d := c.kw.Load() + 1 - stamp
+	return d > capacity || d < -capacity
 }
 
 // load is the work the endpoint holds as far as this process knows: its own in flight
@@ -65,6 +90,28 @@ func (l *Loads) SetObserved(addr string, work int64) {
 		c = l.newCounter(addr)
 	}
 	c.x.Store(work)
+}
+
+// SetKVWritten records the tokens the engine at addr has written into its KV cache since
+// it started and the cache's capacity in tokens (enginemetrics.Load.KVWritten and
+// KVTokens), as a scrape last read them; a capacity of 0 forgets both, and Homes then
+// keeps the engine's placements until they are replaced. It takes the Loads' mutex: call
+// it from an observer, not per request.
+func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
+	if capacity <= 0 || written < 0 {
+		written, capacity = 0, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.byAddr[addr]
+	if c == nil {
+		if capacity == 0 {
+			return
+		}
+		c = l.newCounter(addr)
+	}
+	c.kw.Store(written)
+	c.kc.Store(capacity)
 }
 
 // Observed is the work others were last observed to hold on addr (SetObserved).
@@ -133,6 +180,18 @@ func (l *Loads) ID(addr string) uint32 {
 		return c.id
 	}
 	return 0
+}
+
+// Stamp is the number Homes stores for addr (0 when addr has no counter) and the stamp a
+// peer's placement on addr takes now (Homes.Adopt): the placement's prompt is taken to be
+// in the cache already.
+func (l *Loads) Stamp(addr string) (id uint32, stamp int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.byAddr[addr]; c != nil {
+		return c.id, c.stamp(0)
+	}
+	return 0, 0
 }
 
 // Address is the address numbered id, "" when none is.

@@ -45,7 +45,7 @@ func (s *Server) exchangeOnce(ctx context.Context, client meridianv1.LoadReporti
 		}
 		in = in[:0]
 		for _, p := range b.GetPlacements() {
-			in = append(in, decide.Placement{Key: p.GetKey(), Address: p.GetAddress()})
+			in = append(in, decide.Placement{Key: p.GetKey(), Address: p.GetAddress(), KVStamp: p.GetKvStamp()})
 		}
 		s.metrics.placements(0, s.core.AdoptPlacements(in))
 		return nil
@@ -67,7 +67,7 @@ func (s *Server) exchangeOnce(ctx context.Context, client meridianv1.LoadReporti
 func placementBatch(ps []decide.Placement) *meridianv1.Placements {
 	out := &meridianv1.Placements{Placements: make([]*meridianv1.Placement, len(ps))}
 	for i, p := range ps {
-		out.Placements[i] = &meridianv1.Placement{Key: p.Key, Address: p.Address}
+		out.Placements[i] = &meridianv1.Placement{Key: p.Key, Address: p.Address, KvStamp: p.KVStamp}
 	}
 	return out
 }

@@ -100,7 +100,12 @@ type Placement struct {
 	// key is the routing key's upper 48 bits (the lower 16 are zero).
 	Key uint64 `protobuf:"fixed64,1,opt,name=key,proto3" json:"key,omitempty"`
 	// address is the engine's EDS endpoint address (ip:port).
-	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// kv_stamp is the tokens the engine had written into its KV cache once the placed
+	// prompt was in it (its vLLM prefix-cache and generation counters, as the placing
+	// sidecar scraped them), plus 1; 0 when unknown. A peer expires the placement once the
+	// engine has written more than its cache holds since.
+	KvStamp       int64 `protobuf:"varint,3,opt,name=kv_stamp,json=kvStamp,proto3" json:"kv_stamp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -147,6 +152,13 @@ func (x *Placement) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *Placement) GetKvStamp() int64 {
+	if x != nil {
+		return x.KvStamp
+	}
+	return 0
 }
 
 // LoadReport is one sidecar's view of one reporting window.
@@ -633,10 +645,11 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"sidecar_id\x18\x02 \x01(\tR\tsidecarId\x126\n" +
 	"\n" +
 	"placements\x18\x03 \x03(\v2\x16.meridian.v1.PlacementR\n" +
-	"placements\"7\n" +
+	"placements\"R\n" +
 	"\tPlacement\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x06R\x03key\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"\xf8\x01\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x19\n" +
+	"\bkv_stamp\x18\x03 \x01(\x03R\akvStamp\"\xf8\x01\n" +
 	"\n" +
 	"LoadReport\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
