@@ -112,9 +112,9 @@ func (m *meridian) exchange() (adopted int) {
 // sidecar's engine_load.scrape_interval); 0 turns the feed off.
 func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interval }
 
-// Scrape hands every sidecar each engine's running and waiting requests and KV-cache use,
-// as its own scrape of the engine's /metrics would read them (with the capacity vLLM
-// states in cache_config_info); a down engine fails the scrape, which forgets its load.
+// Scrape hands every sidecar each engine's running and waiting requests, KV-cache use and
+// prefix-cache and generation counters, as its own scrape of the engine's /metrics would
+// read them (with the capacity vLLM states in cache_config_info); a down engine fails the scrape, which forgets its load.
 func (m *meridian) Scrape(now time.Duration, v *View) {
 	m.clock.now = now
 	if now-m.lastExchange >= m.cfg.PlacementInterval {
@@ -129,7 +129,9 @@ func (m *meridian) Scrape(now time.Duration, v *View) {
 					continue
 				}
 				sc.core.ObserveEngineLoad(m.addrs[e], enginemetrics.Load{Running: float64(ev.Running),
-					Waiting: float64(ev.Waiting), KVUsage: ev.KVUsage, KVTokens: m.kvTokens})
+					Waiting: float64(ev.Waiting), KVUsage: ev.KVUsage, KVTokens: m.kvTokens,
+					PrefixQueries: float64(ev.PrefixQueries), PrefixHits: float64(ev.PrefixHits),
+					GenerationTokens: float64(ev.GenerationTokens)})
 			}
 		}
 	}

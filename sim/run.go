@@ -232,6 +232,8 @@ func (r *run) handle(ev event) {
 			v := EngineView{Up: s.up}
 			if s.up {
 				v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
+				v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
+				v.GenerationTokens = s.eng.GenerationTokens()
 			}
 			r.scrape.Engines[e] = v
 		}
@@ -356,6 +358,7 @@ func (r *run) tick() {
 		if s.up {
 			v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
 			v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
+			v.GenerationTokens = s.eng.GenerationTokens()
 			v.Stats = s.eng.Stats()
 		}
 		r.view.Engines[e] = v
