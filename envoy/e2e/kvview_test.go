@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -62,5 +63,78 @@ func TestE2ESidecarWeighsTheTokensEachEngineHolds(t *testing.T) {
 			t.Fatalf("after 30 s the sidecar observes %v of other routers' work: want k0's 12,000-token prompt", observed)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestE2EAHomeExpiresWhenItsEngineCacheTurnsOver: the real sidecar reads each mock
+// engine's prefix-cache and generation counters (vLLM's), stamps a conversation's
+// placement with them, and once that engine has written more than its cache holds (here
+// 8,192 tokens, by other routers' prompts sent straight to it) the conversation's next
+// request finds its home expired; before that, it does not.
+func TestE2EAHomeExpiresWhenItsEngineCacheTurnsOver(t *testing.T) {
+	small := []string{"--kv-tokens", "8192"}
+	s := startStack(t, stack.Spec{
+		Nodes: []stack.NodeSpec{{Name: "region-a", Region: "a"}},
+		Engines: []stack.EngineSpec{
+			{Name: "k0", Region: "a", Models: []string{model}, Args: small},
+			{Name: "k1", Region: "a", Models: []string{model}, Args: small},
+		},
+	})
+	node := s.Nodes["region-a"]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	metrics := func() stack.Metrics {
+		t.Helper()
+		m, err := s.SidecarMetrics(ctx, "region-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	// The placement is stamped only once the sidecar has read both engines' caches.
+	for deadline := time.Now().Add(30 * time.Second); metrics().Value("meridian_sidecar_engine_load_scrapes_total", "result", "ok") < 4; {
+		if time.Now().After(deadline) {
+			t.Fatal("the sidecar scraped no engine within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A conversation whose prompt (about 1,600 tokens) fills the whole routing key.
+	conversation := strings.Repeat("the context of one conversation ", 200)
+	send := func(what string) string {
+		t.Helper()
+		r, err := chat(ctx, node.URL, model, conversation, false, nil)
+		if err != nil || r.status != 200 {
+			t.Fatalf("%s: status %d, %v: %s", what, r.status, err, r.body)
+		}
+		return r.servedBy
+	}
+	home := send("first turn")
+	time.Sleep(200 * time.Millisecond) // its tokens reach the engine's counters and a scrape
+	send("second turn")
+	if n := metrics().Value("meridian_sidecar_homes_expired_total"); n != 0 {
+		t.Fatalf("%v homes expired while %s still caches the conversation, want 0", n, home)
+	}
+	// Other routers write 12,000 tokens of their own prompts into the home's cache.
+	for i := range 6 {
+		body, _ := json.Marshal(map[string]any{"model": model, "prompt": fmt.Sprintf("%d %s", i, strings.Repeat("someone else's prompt ", 360)), "max_tokens": 1})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.Engines[home].Address+"/v1/completions", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("content-type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("a prompt sent straight to %s: status %d", home, resp.StatusCode)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a few scrapes
+	send("third turn")
+	if n := metrics().Value("meridian_sidecar_homes_expired_total"); n != 1 {
+		t.Errorf("%v homes expired after %s's cache turned over, want 1", n, home)
 	}
 }

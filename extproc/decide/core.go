@@ -692,6 +692,10 @@ func (c *Core) ObservedLoad() map[string]int64 {
 	return out
 }
 
+// HomesExpired is how many requests found their key's home expired: its engine's KV cache
+// had turned over since the placement (picker.Homes.Expired).
+func (c *Core) HomesExpired() int64 { return c.homes.Expired() }
+
 // Tracked is how many requests hold a ticket.
 func (c *Core) Tracked() int { return c.tickets.len() }
 

@@ -42,6 +42,8 @@ type Homes struct {
 	journal []atomic.Uint64
 	jmask   uint64
 	next    atomic.Uint64
+	// expired counts Lookups that found a home whose cache had turned over.
+	expired atomic.Int64
 }
 
 // journalSize is how many changed homes Homes keeps for Drain: at 8 bytes a word, 64 KiB;
@@ -141,7 +143,17 @@ func (h *Homes) Lookup(key uint64, t *Table) int {
 	}
 	i := int(t.byID[id]) - 1 // -1 when the endpoint is not in t
 	if i >= 0 && t.ctr[i].turnedOver(h.stamps[s].Load()) {
+		h.expired.Add(1)
 		return -1
 	}
 	return i
+}
+
+// Expired is how many Lookups found a home whose engine's cache had turned over since
+// the placement, and so reported none.
+func (h *Homes) Expired() int64 {
+	if h == nil {
+		return 0
+	}
+	return h.expired.Load()
 }

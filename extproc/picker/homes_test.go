@@ -172,6 +172,9 @@ func TestHomesExpireWhenTheCacheTurnsOver(t *testing.T) {
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Errorf("the cache turned over: home %d, want -1 (no home)", got)
 	}
+	if n := h.Expired(); n != 2 {
+		t.Errorf("Expired = %d, want 2 (the peer's placement, then this one)", n)
+	}
 	// A restart: the counters start again from 0.
 	h.Remember(key, tb, 1, prompt)
 	loads.SetKVWritten(addr, 7, capacity)

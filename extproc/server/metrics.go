@@ -56,6 +56,7 @@ type gauges interface {
 	inFlight() map[string]int64
 	observedLoad() map[string]int64
 	tablesBuilt() (view, penalties int64)
+	homesExpired() int64
 }
 
 func newMetrics(g gauges) (*metrics, error) {
@@ -68,7 +69,7 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [15]error
+	var errs [16]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
@@ -87,7 +88,9 @@ func newMetrics(g gauges) (*metrics, error) {
 		metric.WithDescription("Prefix placements exchanged with the node's other sidecars, by direction: sent (this sidecar's) or adopted (its peers')."))
 	m.sentOpt, m.adoptOpt = metric.WithAttributes(attribute.String("direction", "sent")), metric.WithAttributes(attribute.String("direction", "adopted"))
 	var penalty, inflightGauge, observedGauge metric.Float64ObservableGauge
-	var builds metric.Int64ObservableCounter
+	var builds, expired metric.Int64ObservableCounter
+	expired, errs[15] = meter.Int64ObservableCounter("meridian_sidecar_homes_expired",
+		metric.WithDescription("Requests whose key's home had expired: its engine had written more into its KV cache than the cache holds since the key was placed there."))
 	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
 	inflightGauge, errs[8] = meter.Float64ObservableGauge("meridian_sidecar_engine_in_flight", metric.WithDescription("Requests in flight from this sidecar per engine."))
 	observedGauge, errs[13] = meter.Float64ObservableGauge("meridian_sidecar_engine_observed_work",
@@ -108,8 +111,9 @@ func newMetrics(g gauges) (*metrics, error) {
 		view, pen := g.tablesBuilt()
 		o.ObserveInt64(builds, view, viewCause)
 		o.ObserveInt64(builds, pen, penaltyCause)
+		o.ObserveInt64(expired, g.homesExpired())
 		return nil
-	}, penalty, inflightGauge, observedGauge, builds)
+	}, penalty, inflightGauge, observedGauge, builds, expired)
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("sidecar metrics: %w", err)

@@ -608,6 +608,8 @@ func (s *Server) observedLoad() map[string]int64 { return s.core.ObservedLoad() 
 
 func (s *Server) tablesBuilt() (view, penalties int64) { return s.core.TablesBuilt() }
 
+func (s *Server) homesExpired() int64 { return s.core.HomesExpired() }
+
 // continueBody passes a body chunk on unchanged. It is never modified, so every stream
 // sends the same message (protobuf's marshaling only reads it, and caches sizes atomically).
 var continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
