@@ -80,16 +80,23 @@ func (l *Loads) TotalWork() int64 { return l.total.w.Load() }
 // observer, not per request.
 func (l *Loads) SetObserved(addr string, work int64) {
 	work = max(work, 0)
+	if c := l.observer(addr, work != 0); c != nil {
+		c.x.Store(work)
+	}
+}
+
+// observer returns addr's counter for an observation, creating it when create is set
+// (else nil when addr has none). The caller stores into its atomics after the mutex is
+// released; one that races Prune of addr is lost with the counter, which Prune drops only
+// for addresses out of the table with nothing in flight.
+func (l *Loads) observer(addr string, create bool) *counter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.byAddr[addr]
-	if c == nil {
-		if work == 0 {
-			return
-		}
+	if c == nil && create {
 		c = l.newCounter(addr)
 	}
-	c.x.Store(work)
+	return c
 }
 
 // SetKVWritten records the tokens the engine at addr has written into its KV cache since
@@ -101,17 +108,10 @@ func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 	if capacity <= 0 || written < 0 {
 		written, capacity = 0, 0
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c := l.byAddr[addr]
-	if c == nil {
-		if capacity == 0 {
-			return
-		}
-		c = l.newCounter(addr)
+	if c := l.observer(addr, capacity != 0); c != nil {
+		c.kw.Store(written)
+		c.kc.Store(capacity)
 	}
-	c.kw.Store(written)
-	c.kc.Store(capacity)
 }
 
 // Observed is the work others were last observed to hold on addr (SetObserved).
