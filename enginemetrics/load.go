@@ -70,11 +70,12 @@ var (
 	generationName  = []byte("vllm:generation_tokens_total")
 )
 
-// ParseLoad reads only the load gauges (and the KV-cache counters KVWritten sums) from a text exposition, line by line, without
-// building metric families: the sidecar reads them every few tens of milliseconds from
-// every engine, and a full Parse of a vLLM exposition (histograms for every latency) costs
-// tens of times more. Series are summed, as Parse sums them. It fails when the exposition
-// carries neither gauge, so an engine that is not vLLM-compatible is not read as idle.
+// ParseLoad reads only the load gauges (and the KV-cache counters KVWritten sums) from a
+// text exposition, line by line, without building metric families: the sidecar reads them
+// every few tens of milliseconds from every engine, and a full Parse of a vLLM exposition
+// (histograms for every latency) costs tens of times more. Series are summed, as Parse
+// sums them. It fails when the exposition carries neither gauge, so an engine that is not
+// vLLM-compatible is not read as idle.
 func ParseLoad(r io.Reader) (Load, error) {
 	var l Load
 	var seenRunning, seenWaiting, seenQueries, seenHits, seenGeneration bool

@@ -114,7 +114,8 @@ func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interv
 
 // Scrape hands every sidecar each engine's running and waiting requests, KV-cache use and
 // prefix-cache and generation counters, as its own scrape of the engine's /metrics would
-// read them (with the capacity vLLM states in cache_config_info); a down engine fails the scrape, which forgets its load.
+// read them (with the capacity vLLM states in cache_config_info); a down engine fails the
+// scrape, which forgets its load.
 func (m *meridian) Scrape(now time.Duration, v *View) {
 	m.clock.now = now
 	if now-m.lastExchange >= m.cfg.PlacementInterval {

@@ -25,7 +25,7 @@ const maxID = 1<<16 - 1
 // as a new one, by load. An engine whose writes or capacity are unknown keeps its
 // placements. A Lookup that races a Remember of the same slot may pair the new home with
 // the old stamp; it errs for that one request.
-
+//
 // Each process keeps its own, and the sidecars of one node share what they place:
 // Remember journals every key whose home changed, Drain hands the journal to the
 // exchange (extproc/decide's AppendPlacements), and Adopt stores a peer's placement
