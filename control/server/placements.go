@@ -18,8 +18,6 @@ import (
 // Placement relay bounds. A placement is one sidecar's hint to its peers; these keep what
 // a buggy one can make the control server hold and send.
 const (
-	// maxPlacementsPerBatch bounds one batch (the sidecar sends at most this many).
-	maxPlacementsPerBatch = 8192
 	// placementBacklog is how many batches wait for one slow stream; the next is dropped.
 	placementBacklog = 16
 	// placementKeyMask keeps a placement key's upper 48 bits, as the sidecars store them.
@@ -111,8 +109,8 @@ func (r *placementRelay) relay(node, sidecar string, from *placementStream, b *m
 	if n := b.GetNodeId(); n != "" && n != node {
 		return status.Errorf(codes.InvalidArgument, "node_id changed from %q to %q on one stream", node, n)
 	}
-	if len(b.GetPlacements()) > maxPlacementsPerBatch {
-		return status.Errorf(codes.InvalidArgument, "%d placements in one batch: at most %d", len(b.GetPlacements()), maxPlacementsPerBatch)
+	if len(b.GetPlacements()) > meridianv1.MaxPlacementsPerBatch {
+		return status.Errorf(codes.InvalidArgument, "%d placements in one batch: at most %d", len(b.GetPlacements()), meridianv1.MaxPlacementsPerBatch)
 	}
 	if len(b.GetPlacements()) == 0 {
 		return nil

@@ -9,10 +9,6 @@ import (
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
-// maxPlacementsPerBatch bounds one batch this sidecar sends; the control server refuses
-// larger ones (control/server's placement relay has the same bound).
-const maxPlacementsPerBatch = 8192
-
 // ExchangePlacements keeps a placement stream to the control server open until ctx is
 // done: every PlacementInterval it sends the keys this sidecar placed since the last
 // batch, and it adopts every batch the node's other sidecars placed, which the control
@@ -52,7 +48,7 @@ func (s *Server) exchangeOnce(ctx context.Context, client meridianv1.LoadReporti
 	}, func() error {
 		out = s.core.AppendPlacements(out[:0])
 		for len(out) > 0 {
-			n := min(len(out), maxPlacementsPerBatch)
+			n := min(len(out), meridianv1.MaxPlacementsPerBatch)
 			if err := stream.Send(placementBatch(out[:n])); err != nil {
 				return err
 			}
