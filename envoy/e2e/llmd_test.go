@@ -13,6 +13,7 @@ import (
 
 	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/envoy/stack"
+	"github.com/meridian-router/meridian/xdsapi"
 )
 
 // TestE2EOnLLMDInferenceSim runs meridian on engines it did not write: llm-d-inference-sim
@@ -97,6 +98,10 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 	})
 
 	t.Run("requests are steered over the engines", func(t *testing.T) {
+		// d1 and d2 may have answered the control server's first scrapes late (they start
+		// after it); the plan then brings them back at most --max-share-step a solve. The
+		// sidecar spreads keys over the shares the plan gives, so wait for all three.
+		waitEveryEngineWeighted(ctx, t, s, "region-a", 100, 20*time.Second)
 		before := len(readAccessLog(t, node.AccessLog))
 		for i := 0; i < 24; i++ {
 			if err := ask(ctx, fmt.Sprintf("Question %d about something entirely different", i)); err != nil {
@@ -284,4 +289,29 @@ func getJSONCtx(ctx context.Context, url string, v any) error {
 		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// waitEveryEngineWeighted waits until the control server's published plan gives every
+// engine of the stack at least least (of 1000) of the model's traffic at node.
+func waitEveryEngineWeighted(ctx context.Context, t *testing.T, s *stack.Stack, node string, least uint32, within time.Duration) {
+	t.Helper()
+	var got map[string]uint32
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		pw, err := s.PublishedWeights(ctx, node)
+		if err != nil {
+			continue
+		}
+		got = map[string]uint32{}
+		for addr, w := range pw[xdsapi.ClusterName(model)] {
+			got[s.EngineByAddress(addr)] = w
+		}
+		ok := len(got) == len(s.Engines)
+		for _, w := range got {
+			ok = ok && w >= least
+		}
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("after %s the plan for %s is %v: want every engine at %d or more", within, node, got, least)
 }
