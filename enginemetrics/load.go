@@ -21,8 +21,9 @@ type Load struct {
 	// mean over its series, in [0, 1]; NaN when the engine exposes neither.
 	KVUsage float64
 	// KVTokens is the KV cache's capacity in tokens: num_gpu_blocks x block_size from the
-	// labels of vllm:cache_config_info (vLLM's CacheConfig); 0 when the engine does not
-	// state both.
+	// labels of vllm:cache_config_info (vLLM's CacheConfig), summed over its series (vLLM
+	// states one per data-parallel engine, labelled engine="0", "1", ..., as it labels
+	// every other series); 0 when the engine does not state both.
 	KVTokens float64
 	// PrefixQueries and PrefixHits are vllm:prefix_cache_queries_total and
 	// vllm:prefix_cache_hits_total (prompt tokens looked up in the prefix cache, and found),
@@ -104,9 +105,7 @@ func ParseLoad(r io.Reader) (Load, error) {
 		case seriesOf(line, generationName):
 			dst, seenGeneration = &l.GenerationTokens, true
 		case seriesOf(line, cacheConfigName):
-			if l.KVTokens == 0 {
-				l.KVTokens = cacheTokens(line)
-			}
+			l.KVTokens += cacheTokens(line) // one series per data-parallel engine
 			continue
 		default:
 			continue

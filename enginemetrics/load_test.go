@@ -76,6 +76,15 @@ func TestParseLoadReadsTheKVCache(t *testing.T) {
 	if _, ok := l.KVHeld(); err != nil || ok {
 		t.Errorf("3 running, 0 held: KVHeld ok %v (%v), want no KV view", ok, err)
 	}
+	// Two data-parallel engines behind one server: each states its cache and its use, so
+	// the capacity sums and the held tokens are the mean use of the sum.
+	l, err = ParseLoad(strings.NewReader("vllm:num_requests_running{engine=\"0\"} 1\nvllm:num_requests_running{engine=\"1\"} 1\n" +
+		`vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1` + "\n" +
+		`vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1000"} 1` + "\n" +
+		`vllm:kv_cache_usage_perc{engine="0"} 0.25` + "\n" + `vllm:kv_cache_usage_perc{engine="1"} 0.75` + "\n"))
+	if held, ok := l.KVHeld(); err != nil || !ok || l.KVTokens != 32_000 || held != 16_000 {
+		t.Errorf("data parallel: %+v, %v (held %v, %v); want 32,000 tokens of capacity, 16,000 held", l, err, held, ok)
+	}
 	if l, _ = ParseLoad(strings.NewReader("vllm:num_requests_running 1\n")); !math.IsNaN(l.KVUsage) {
 		t.Errorf("no usage gauge: KVUsage %v, want NaN", l.KVUsage)
 	}
