@@ -32,17 +32,9 @@ func TestE2ESidecarWeighsTheTokensEachEngineHolds(t *testing.T) {
 	// and a long answer, so it holds its cache while the sidecar scrapes.
 	hctx, hcancel := context.WithCancel(ctx)
 	defer hcancel()
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": strings.Repeat("tokens! ", 6000), "max_tokens": 4000, "stream": true})
 	go func() {
-		req, err := http.NewRequestWithContext(hctx, http.MethodPost, "http://"+s.Engines["k0"].Address+"/v1/completions", bytes.NewReader(body))
-		if err != nil {
-			return
-		}
-		req.Header.Set("content-type", "application/json")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+		_, _ = completeAt(hctx, s.Engines["k0"].Address, map[string]any{"model": model,
+			"prompt": strings.Repeat("tokens! ", 6000), "max_tokens": 4000, "stream": true})
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -116,20 +108,10 @@ func TestE2EAHomeExpiresWhenItsEngineCacheTurnsOver(t *testing.T) {
 	}
 	// Other routers write 12,000 tokens of their own prompts into the home's cache.
 	for i := range 6 {
-		body, _ := json.Marshal(map[string]any{"model": model, "prompt": fmt.Sprintf("%d %s", i, strings.Repeat("someone else's prompt ", 360)), "max_tokens": 1})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.Engines[home].Address+"/v1/completions", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("content-type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("a prompt sent straight to %s: status %d", home, resp.StatusCode)
+		status, err := completeAt(ctx, s.Engines[home].Address, map[string]any{"model": model,
+			"prompt": fmt.Sprintf("%d %s", i, strings.Repeat("someone else's prompt ", 360)), "max_tokens": 1})
+		if err != nil || status != 200 {
+			t.Fatalf("a prompt sent straight to %s: status %d, %v", home, status, err)
 		}
 	}
 	time.Sleep(300 * time.Millisecond) // a few scrapes
@@ -137,4 +119,25 @@ func TestE2EAHomeExpiresWhenItsEngineCacheTurnsOver(t *testing.T) {
 	if n := metrics().Value("meridian_sidecar_homes_expired_total"); n != 1 {
 		t.Errorf("%v homes expired after %s's cache turned over, want 1", n, home)
 	}
+}
+
+// completeAt sends body to the engine at addr's /v1/completions, past Envoy and the
+// sidecar (as another router would), reads the whole answer and returns its status.
+func completeAt(ctx context.Context, addr string, body map[string]any) (int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
 }
