@@ -173,9 +173,11 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 }
 
 // simFleet describes the simulated fleet as a fleet file would: one data-plane cluster per
-// region, each engine's capacity the workload's cold capacity, and the RTT matrix.
+// region, each engine's capacity the workload's cold capacity and its prefill share the
+// part of that time spent in prefill (both as an operator would measure them by sending
+// the workload's requests to one engine with its prefix cache off), and the RTT matrix.
 func simFleet(cfg *Config, w *Workload) (*fleet.Fleet, error) {
-	f := &fleet.Fleet{Models: []fleet.Model{{Name: meridianModel}}, DefaultModel: meridianModel,
+	f := &fleet.Fleet{Models: []fleet.Model{{Name: meridianModel, PrefillShare: w.PrefillShare}}, DefaultModel: meridianModel,
 		RTTMillis: map[string]map[string]float64{}}
 	perEngine := 1 / w.ColdService
 	for r, region := range cfg.Regions {

@@ -71,10 +71,11 @@ func describeFleet(w *Workload, cfg *Config) string {
 	return fmt.Sprintf("Fleet: %d regions (%s) x %d engines, RTT matrix %v. "+
 		"Engine: max_num_seqs %d, %d-token step budget, %d KV blocks of %d tokens, prefill %.0f tokens/s, "+
 		"decode step %v + %v per sequence. Routers: %s deployment, %d replicas per pool, KV events after %v. "+
-		"Fleet capacity %.2f req/s (cold).",
+		"Fleet capacity %.2f req/s (cold), %.0f%% of it in prefill (meridian's prefill_share %.2f).",
 		len(cfg.Regions), strings.Join(cfg.Regions, ", "), cfg.EnginesPerRegion, rttString(cfg.RTT),
 		e.MaxNumSeqs, e.MaxBatchedTokens, e.KVBlocks, e.BlockTokens, e.PrefillTokensPerSec,
-		e.StepBase, e.DecodeSeqCost, cfg.deployment(), cfg.replicas(), cfg.KVEventDelay, w.Capacity)
+		e.StepBase, e.DecodeSeqCost, cfg.deployment(), cfg.replicas(), cfg.KVEventDelay, w.Capacity,
+		100*w.PrefillShare, w.PrefillShare)
 }
 
 func rttString(rtt [][]time.Duration) string {

@@ -44,6 +44,11 @@ type Model struct {
 	// CapacityRPS is the capacity of a discovered engine serving this model when neither
 	// its objects nor its discovery source say (optional).
 	CapacityRPS float64 `yaml:"capacity_rps"`
+	// PrefillShare is the share of a request's engine time its prompt's prefill takes
+	// when nothing of it is cached, for this model's traffic (optional, in [0, 1); 0: no
+	// credit). It is the part of an engine's capacity_rps the prefix cache can give back:
+	// see Fleet.PrefillShare.
+	PrefillShare float64 `yaml:"prefill_share"`
 }
 
 // Cluster is one data-plane cluster: a set of Envoys (and their sidecars) that share a node id.
@@ -63,8 +68,12 @@ type Engine struct {
 	Address string   `yaml:"address"`
 	Region  string   `yaml:"region"`
 	Models  []string `yaml:"models"`
-	// CapacityRPS is the request rate the engine sustains at its latency target.
+	// CapacityRPS is the request rate the engine sustains at its latency target, for
+	// requests none of whose prompt is in its prefix cache.
 	CapacityRPS float64 `yaml:"capacity_rps"`
+	// PrefillShare overrides its models' prefill_share for this engine (optional, in
+	// [0, 1); 0: the models' value).
+	PrefillShare float64 `yaml:"prefill_share"`
 	// MaxInFlight is the local hard limit of concurrent requests a sidecar sends it (0: none).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// MetricsURL is where the engine's Prometheus metrics are scraped. Defaults to
@@ -156,6 +165,9 @@ func (f *Fleet) Validate() []error {
 		models[m.Name] = true
 		if m.CapacityRPS < 0 || math.IsNaN(m.CapacityRPS) || math.IsInf(m.CapacityRPS, 0) {
 			bad(fmt.Sprintf("models[%d].capacity_rps", i), "must be a finite number > 0, or absent (got %v)", m.CapacityRPS)
+		}
+		if !validShare(m.PrefillShare) {
+			bad(fmt.Sprintf("models[%d].prefill_share", i), "must be in [0, 1), or absent (got %v)", m.PrefillShare)
 		}
 	}
 	if f.DefaultModel != "" && !models[f.DefaultModel] {
@@ -283,6 +295,9 @@ func validateEngine(e Engine, models, engines map[string]bool, addrs map[string]
 	if !(e.CapacityRPS > 0) || math.IsInf(e.CapacityRPS, 0) {
 		bad("capacity_rps", "must be a finite number > 0 (got %v)", e.CapacityRPS)
 	}
+	if !validShare(e.PrefillShare) {
+		bad("prefill_share", "must be in [0, 1), or absent (got %v)", e.PrefillShare)
+	}
 	if e.MaxInFlight < 0 {
 		bad("max_in_flight", "must be >= 0 (got %d)", e.MaxInFlight)
 	}
@@ -290,6 +305,9 @@ func validateEngine(e Engine, models, engines map[string]bool, addrs map[string]
 		bad("metrics_url", "%q must start with http:// or https://", e.MetricsURL)
 	}
 }
+
+// validShare reports whether a prefill share is usable: in [0, 1).
+func validShare(v float64) bool { return v >= 0 && v < 1 }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
@@ -308,6 +326,24 @@ func (f *Fleet) Engine(name string) (Engine, bool) {
 		}
 	}
 	return Engine{}, false
+}
+
+// PrefillShare is the share of engine e's time a request's prefill takes when none of its
+// prompt is cached: e's own prefill_share, else the smallest of its models' (the least
+// its prefix cache can give back), 0 when none is set. A prefix cache that serves a
+// fraction h of the prompt tokens sent to e saves PrefillShare x h of a cold request's
+// engine time, so e then sustains capacity_rps / (1 - PrefillShare x h) requests/s.
+func (f *Fleet) PrefillShare(e Engine) float64 {
+	if e.PrefillShare > 0 {
+		return e.PrefillShare
+	}
+	share, found := 0.0, false
+	for _, fm := range f.Models {
+		if e.Serves(fm.Name) && (!found || fm.PrefillShare < share) {
+			share, found = fm.PrefillShare, true
+		}
+	}
+	return share
 }
 
 // Serves reports whether engine e serves model m.

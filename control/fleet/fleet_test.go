@@ -83,6 +83,12 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 			return strings.Replace(s, "{name: region-b, region: b}", "{name: region-b, region: b, decisions_url: \"http://127.0.0.1:19081/debug/decisions?engine=x\"}", 1)
 		}, "clusters[1].decisions_url"},
 		{"wrong type", func(s string) string { return strings.Replace(s, "capacity_rps: 20", "capacity_rps: lots", 1) }, "cannot unmarshal"},
+		{"prefill share of 1", func(s string) string {
+			return strings.Replace(s, "- name: qwen", "- {name: qwen, prefill_share: 1}", 1)
+		}, "models[1].prefill_share: must be in [0, 1)"},
+		{"negative engine prefill share", func(s string) string {
+			return strings.Replace(s, "capacity_rps: 20,", "capacity_rps: 20, prefill_share: -0.1,", 1)
+		}, "engines[2].prefill_share: must be in [0, 1)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,6 +100,25 @@ func TestParseErrorsNameFileFieldAndReason(t *testing.T) {
 				t.Fatalf("error %q does not name the file and contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestPrefillShareIsTheEnginesElseTheSmallestOfItsModels(t *testing.T) {
+	y := strings.NewReplacer("- name: llama", "- {name: llama, prefill_share: 0.8}", "- name: qwen", "- {name: qwen, prefill_share: 0.6}",
+		"capacity_rps: 20,", "capacity_rps: 20, prefill_share: 0.9,").Replace(good)
+	f, err := Parse("fleet.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"a-0": 0.8, "a-1": 0.6, "b-0": 0.9} {
+		e, _ := f.Engine(name)
+		if got := f.PrefillShare(e); got != want {
+			t.Errorf("PrefillShare(%s) = %v, want %v", name, got, want)
+		}
+	}
+	g, _ := Parse("fleet.yaml", []byte(good))
+	if got := g.PrefillShare(g.Engines[0]); got != 0 {
+		t.Errorf("PrefillShare with none set = %v, want 0 (no credit)", got)
 	}
 }
 

@@ -124,6 +124,10 @@ type EngineInput struct {
 	// when WaitingKnown: its last scrape succeeded, is fresh and has the metric.
 	Waiting      float64
 	WaitingKnown bool
+	// ClassHitRate is the share of prompt tokens the prefix caches of the engine's class
+	// served lately (signals.EngineState.ClassHitRate): with the fleet's prefill_share it
+	// credits the engine's capacity with what its cache saves (see Optimizer.capacity).
+	ClassHitRate float64
 }
 
 // InputsFrom takes what control/signals aggregated (smoothed demand, fitted curves,
@@ -131,7 +135,7 @@ type EngineInput struct {
 func InputsFrom(snap signals.Snapshot) Inputs {
 	in := Inputs{Demand: snap.Demand, Engines: make(map[string]EngineInput, len(snap.Engines))}
 	for name, st := range snap.Engines {
-		ei := EngineInput{Suspect: st.Suspect, Penalty: st.Penalty, Waiting: st.LastWaiting,
+		ei := EngineInput{Suspect: st.Suspect, Penalty: st.Penalty, Waiting: st.LastWaiting, ClassHitRate: st.ClassHitRate,
 			WaitingKnown: st.State == signals.OK && st.LastError == "" && !slices.Contains(st.Missing, waitingMetric)}
 		if st.Fitted {
 			c := st.Curve
@@ -251,13 +255,25 @@ func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
 		if known && ei.Penalty > 0 && ei.Penalty < 1 {
 			penalty = ei.Penalty
 		}
-		se := solver.Engine{Name: e.Name, Capacity: e.CapacityRPS * penalty, Healthy: !e.Draining && !(known && ei.Suspect), Curve: curve}
+		se := solver.Engine{Name: e.Name, Capacity: o.capacity(f, e, in) * penalty, Healthy: !e.Draining && !(known && ei.Suspect), Curve: curve}
 		for _, m := range e.Models {
 			se.Models = append(se.Models, modelIdx[m])
 		}
 		p.Engines = append(p.Engines, se)
 	}
 	return p
+}
+
+// capacity is the request rate the plan gives engine e before penalties: its capacity_rps,
+// which the fleet file states for requests that find nothing of their prompt cached,
+// credited with what its class's prefix caches save. A hit rate h on prompt tokens saves
+// h of the prefill, which takes the share p (Fleet.PrefillShare) of a cold request's
+// engine time, so the engine serves capacity_rps / (1 - p·h) requests/s. With no share
+// set, or before any prompt was asked of the class's caches, it is capacity_rps.
+func (o *Optimizer) capacity(f *fleet.Fleet, e fleet.Engine, in Inputs) float64 {
+	p := f.PrefillShare(e)
+	h := min(max(in.Engines[e.Name].ClassHitRate, 0), 1)
+	return e.CapacityRPS / (1 - p*h)
 }
 
 // probeTolerance is how much dearer than the best (RTT + marginal latency) an engine may be
@@ -401,7 +417,7 @@ func union(a, b map[string]uint32) map[string]struct{} {
 func (o *Optimizer) policies(f *fleet.Fleet, sol *solver.Solution, in Inputs) map[string]*meridianv1.Policy {
 	capacity := map[string]float64{}
 	for _, e := range f.Engines {
-		capacity[e.Name] = e.CapacityRPS
+		capacity[e.Name] = o.capacity(f, e, in)
 	}
 	out := map[string]*meridianv1.Policy{}
 	budget := o.cfg.RetryBudget.Proto()

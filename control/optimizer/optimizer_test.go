@@ -3,6 +3,7 @@ package optimizer
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,37 @@ func TestShedsOnlyTheExcess(t *testing.T) {
 	}
 	if total < 13.9 || total > 14.1 {
 		t.Fatalf("shed %.2f req/s, want the 14 req/s excess", total)
+	}
+}
+
+// The prefix cache gives capacity back: with half of every request's cold engine time in
+// prefill and half of the prompt tokens served from cache, each engine serves 10/(1-0.25)
+// = 13.3 req/s, and 40 req/s fit under ρmax (4 × 13.3 × 0.9 = 48) that cold capacity (36)
+// would shed 4 of.
+func TestPrefixCacheHitsCreditCapacity(t *testing.T) {
+	shed := func(y string, hit float64) float64 {
+		t.Helper()
+		o, _ := New(DefaultConfig())
+		in := demand(20, 20)
+		in.Engines = map[string]EngineInput{}
+		for _, e := range []string{"a-0", "a-1", "b-0", "b-1"} {
+			in.Engines[e] = EngineInput{ClassHitRate: hit}
+		}
+		res, err := o.Step(context.Background(), mustFleet(t, y), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.ShedRPS()
+	}
+	credited := strings.Replace(twoRegions, "models: [{name: m}]", "models: [{name: m, prefill_share: 0.5}]", 1)
+	if got := shed(twoRegions, 0.5); math.Abs(got-4) > 0.01 {
+		t.Errorf("no prefill_share: shed %.2f req/s, want the 4 over cold capacity", got)
+	}
+	if got := shed(credited, 0); math.Abs(got-4) > 0.01 {
+		t.Errorf("prefill_share 0.5, no hits yet: shed %.2f req/s, want 4", got)
+	}
+	if got := shed(credited, 0.5); got > 1e-6 {
+		t.Errorf("prefill_share 0.5, half the prompt tokens hit: shed %.2f req/s, want none", got)
 	}
 }
 

@@ -33,8 +33,13 @@ type Config struct {
 	ForgetAfter time.Duration `json:"forget_after"`
 	// FailingErrorRate is the smoothed share of requests failing, as
 	// sidecars see them, at which an engine is Failing.
-	FailingErrorRate float64   `json:"failing_error_rate"`
-	Fit              FitConfig `json:"fit"`
+	FailingErrorRate float64 `json:"failing_error_rate"`
+	// CacheHalfLife is the half-life of the prompt tokens each engine is asked for and
+	// finds in its prefix cache (vLLM's prefix_cache_queries and _hits), whose ratio over
+	// an engine class is EngineState.ClassHitRate: long, because the plan's capacity
+	// credit follows it, and a credit that moved with every burst would move the plan.
+	CacheHalfLife time.Duration `json:"cache_half_life"`
+	Fit           FitConfig     `json:"fit"`
 }
 
 // DefaultConfig is what meridian-control ships with: a 1 s control period and scrapes every
@@ -48,6 +53,7 @@ func DefaultConfig() Config {
 		StaleAfter:        15 * time.Second,
 		ForgetAfter:       5 * time.Minute,
 		FailingErrorRate:  0.5,
+		CacheHalfLife:     time.Minute,
 		Fit:               FitConfig{HalfLife: 10 * time.Minute, MinWeight: 20, MinSpread: 0.05, Window: 512},
 	}
 }
@@ -67,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("signals.forget_after %v must be ≥ stale_after %v", c.ForgetAfter, c.StaleAfter)
 	case !(c.FailingErrorRate > 0 && c.FailingErrorRate <= 1):
 		return fmt.Errorf("signals.failing_error_rate %v must be in (0, 1]", c.FailingErrorRate)
+	case c.CacheHalfLife <= 0:
+		return fmt.Errorf("signals.cache_half_life %v must be > 0", c.CacheHalfLife)
 	case c.Fit.HalfLife <= 0:
 		return fmt.Errorf("signals.fit.half_life %v must be > 0", c.Fit.HalfLife)
 	case !(c.Fit.MinWeight > 0):
@@ -154,19 +162,22 @@ type reporterView struct {
 }
 
 type engineState struct {
-	listed              time.Time             // first seen in a Snapshot or an observation
-	prev                *enginemetrics.Sample // last scrape, for rates
-	prevAt, lastScrape  time.Time
-	lastServed          time.Time // a sidecar saw it answer
-	lastError           string
-	missing             []string
-	running, waiting    ewma
-	kvCache, prefixHit  ewma
-	arrival             ewma
-	ttft, itl, e2e      ewma
-	sidecarTTFT         ewma
-	fit                 fitter
-	everScraped, served bool
+	listed             time.Time             // first seen in a Snapshot or an observation
+	prev               *enginemetrics.Sample // last scrape, for rates
+	prevAt, lastScrape time.Time
+	lastServed         time.Time // a sidecar saw it answer
+	lastError          string
+	missing            []string
+	running, waiting   ewma
+	kvCache, prefixHit ewma
+	// cacheQueried and cacheHit are prompt tokens/s asked of and found in the prefix
+	// cache, smoothed over Config.CacheHalfLife.
+	cacheQueried, cacheHit ewma
+	arrival                ewma
+	ttft, itl, e2e         ewma
+	sidecarTTFT            ewma
+	fit                    fitter
+	everScraped, served    bool
 }
 
 // NewAggregator returns an Aggregator; now is its clock (time.Now in
@@ -235,6 +246,10 @@ func (st *engineState) ingestRates(s, prev enginemetrics.Sample, span time.Durat
 	dq, dh := s.PrefixQueries-prev.PrefixQueries, s.PrefixHits-prev.PrefixHits
 	if dq > 0 && dh >= 0 && dh <= dq {
 		st.prefixHit.add(dh/dq, span, hl)
+	}
+	if dq >= 0 && dh >= 0 && dh <= dq {
+		st.cacheQueried.add(dq/span.Seconds(), span, cfg.CacheHalfLife)
+		st.cacheHit.add(dh/span.Seconds(), span, cfg.CacheHalfLife)
 	}
 }
 

@@ -296,6 +296,40 @@ func TestClassSharesOneCurve(t *testing.T) {
 	}
 }
 
+// The class hit rate is the class's prompt tokens served from cache over those asked for,
+// whichever engine they went to: one busy engine's hits weigh by its tokens, and an idle
+// member of the class shares the rate.
+func TestClassHitRateWeighsTokensOverTheClass(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	specs := []EngineSpec{spec, spec, spec}
+	for i := range specs {
+		specs[i].Name = []string{"busy", "light", "idle"}[i]
+	}
+	var q, h = map[string]float64{}, map[string]float64{}
+	for range 30 {
+		q["busy"], h["busy"] = q["busy"]+9000, h["busy"]+6000  // 2/3 hit
+		q["light"], h["light"] = q["light"]+1000, h["light"]+0 // none
+		for _, name := range []string{"busy", "light", "idle"} {
+			a.ObserveScrape(name, enginemetrics.Sample{PrefixQueries: q[name], PrefixHits: h[name]})
+		}
+		clk.advance(2 * time.Second)
+	}
+	snap := a.Snapshot(specs)
+	for _, name := range []string{"busy", "light", "idle"} {
+		if got := snap.Engines[name].ClassHitRate; math.Abs(got-0.6) > 1e-9 {
+			t.Errorf("%s: class hit rate %v, want 6000/10000 = 0.6", name, got)
+		}
+	}
+	if got := snap.Engines["light"].PrefixHitRate; got != 0 {
+		t.Errorf("light: own hit rate %v, want 0", got)
+	}
+	other := spec
+	other.Name, other.Capacity = "other-class", 2*spec.Capacity
+	if got := a.Snapshot([]EngineSpec{other}).Engines["other-class"].ClassHitRate; got != 0 {
+		t.Errorf("an engine of another class that was never asked: class hit rate %v, want 0", got)
+	}
+}
+
 // A node's demand is summed over its sidecars in one order, so the same reports give the
 // same snapshot to the last bit (and the optimizer the same plan) on every run; summed in
 // Go's map order, 0.1 + 0.2 + 0.3 rounds differently run to run.

@@ -78,6 +78,13 @@ type EngineState struct {
 	OwnCurve  solver.Curve `json:"own_curve"`
 	OwnFitted bool         `json:"own_fitted"`
 
+	// ClassHitRate is the share of the prompt tokens sent to the engines of this one's
+	// class (see Curve) that their prefix caches served, over Config.CacheHalfLife; 0
+	// until they were asked for any. It is the class's, not the engine's, for the reason
+	// the curve is: a plan that credited one engine for the hits its own traffic brought
+	// would send it more, and chase its own tail.
+	ClassHitRate float64 `json:"class_prefix_hit_rate"`
+
 	ArrivalRate   float64 `json:"arrival_rps"`
 	Running       float64 `json:"running"`
 	Waiting       float64 `json:"waiting"`
@@ -172,9 +179,17 @@ func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
 			}
 		}
 		curve, weight, fitted := fit(apartOnes)
+		var queried, hit float64
+		for _, i := range members {
+			queried += states[i].cacheQueried.value(0)
+			hit += states[i].cacheHit.value(0)
+		}
 		for _, i := range members {
 			es := snap.Engines[specs[i].Name]
 			es.Curve, es.FitWeight, es.Fitted = curve, weight, fitted
+			if queried > 0 {
+				es.ClassHitRate = hit / queried
+			}
 			if apartOnes[i] {
 				es.Curve = es.OwnCurve
 			}

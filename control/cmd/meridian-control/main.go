@@ -40,6 +40,7 @@ func main() {
 	fs.DurationVar(&cfg.ScrapeInterval, "scrape-interval", 2*time.Second, "how often every engine's /metrics is scraped")
 	fs.DurationVar(&cfg.Signals.HalfLife, "signal-half-life", cfg.Signals.HalfLife, "EWMA half-life of demand and engine signals")
 	fs.Float64Var(&cfg.Signals.DemandEvidence, "demand-evidence", cfg.Signals.DemandEvidence, "requests a node's demand estimate rests on at least: at low rates its half-life grows to this / demand, up to --max-demand-half-life (0: --signal-half-life at every rate)")
+	fs.DurationVar(&cfg.Signals.CacheHalfLife, "cache-half-life", cfg.Signals.CacheHalfLife, "half-life of the prompt tokens engines are asked for and find in their prefix caches, whose ratio credits capacity (prefill_share in the fleet file)")
 	fs.DurationVar(&cfg.Signals.MaxDemandHalfLife, "max-demand-half-life", cfg.Signals.MaxDemandHalfLife, "longest half-life --demand-evidence may give a demand estimate")
 	fs.DurationVar(&cfg.Signals.StaleAfter, "stale-after", cfg.Signals.StaleAfter, "an engine neither scraped nor seen answering for this long is suspect and gets no traffic")
 	fs.Float64Var(&cfg.Optimizer.Params.RhoMax, "rho-max", cfg.Optimizer.Params.RhoMax, "highest utilization the optimizer plans for an engine, in (0,1)")
