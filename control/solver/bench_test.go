@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// benchSizes are the sizes named in issue 3: one model, 8 segments.
-var benchSizes = [][2]int{{4, 16}, {16, 256}, {64, 1024}}
+// benchSizes are the sizes named in issue 3 (one model) and issue 14 (128 clusters, 4096
+// engines, 4 models), with 8 segments.
+var benchSizes = []struct{ clusters, engines, models int }{{4, 16, 1}, {16, 256, 1}, {64, 1024, 1}, {128, 4096, 4}}
 
 // benchCase is one sub-benchmark: a problem and its name.
 type benchCase struct {
@@ -21,7 +22,9 @@ type benchCase struct {
 func benchCases(b *testing.B) []benchCase {
 	var out []benchCase
 	for _, sz := range benchSizes {
-		none := benchFleet(sz[0], sz[1]).problem()
+		fl := benchFleet(sz.clusters, sz.engines)
+		fl.models = sz.models
+		none := fl.problem()
 		none.Params.Segments = 8
 		prev, err := Solve(context.Background(), perturbed(none, 0.2, 1))
 		if err != nil {
@@ -29,7 +32,10 @@ func benchCases(b *testing.B) []benchCase {
 		}
 		moved := perturbed(none, 0.2, 2)
 		moved.Prev = prev
-		name := fmt.Sprintf("clusters=%d/engines=%d/prev=", sz[0], sz[1])
+		name := fmt.Sprintf("clusters=%d/engines=%d/prev=", sz.clusters, sz.engines)
+		if sz.models > 1 {
+			name = fmt.Sprintf("clusters=%d/engines=%d/models=%d/prev=", sz.clusters, sz.engines, sz.models)
+		}
 		out = append(out, benchCase{name + "none", none}, benchCase{name + "moved", moved})
 	}
 	return out

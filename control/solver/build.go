@@ -137,12 +137,12 @@ func countWithin(ps []piece, d float64) int {
 	return len(ps)
 }
 
-// widen extends the span over g's next piece on one side.
-func (s *span) widen(g *group, down bool) {
+// widen extends the span over g's next n pieces on one side.
+func (s *span) widen(g *group, down bool, n int) {
 	if down {
-		s.lo = math.Min(s.lo, g.ref-reach(g.down, g.nDown+1))
+		s.lo = math.Min(s.lo, g.ref-reach(g.down, g.nDown+n))
 	} else {
-		s.hi = math.Max(s.hi, g.ref+reach(g.up, g.nUp+1))
+		s.hi = math.Max(s.hi, g.ref+reach(g.up, g.nUp+n))
 	}
 }
 
@@ -281,8 +281,8 @@ func (cs *compSolver) addPiece(g *group, pc piece) {
 	cs.cols = append(cs.cols, colRef{g.kind, pc.dir, int32(g.idx)})
 }
 
-// priceGroups widens each lazy group by one piece on a side whose next piece
-// has negative reduced cost, and returns how many pieces it added.
+// priceGroups widens each lazy group over the pieces on each side that have a
+// negative reduced cost, and returns how many pieces it added.
 func (cs *compSolver) priceGroups(dual []float64) int {
 	added := 0
 	for gi := range cs.groups {
@@ -291,14 +291,23 @@ func (cs *compSolver) priceGroups(dual []float64) int {
 			continue
 		}
 		dot := g.rowDot(dual)
-		if g.nUp < len(g.up) && g.up[g.nUp].cost-dot < -priceTol {
-			g.span.widen(g, false)
-			added++
+		// Pieces cost more the further they walk (convexity), so the ones with a
+		// negative reduced cost are the next few on each side: all of them join.
+		up := 0
+		for g.nUp+up < len(g.up) && g.up[g.nUp+up].cost-dot < -priceTol {
+			up++
 		}
-		if g.nDown < len(g.down) && g.down[g.nDown].cost+dot < -priceTol {
-			g.span.widen(g, true)
-			added++
+		down := 0
+		for g.nDown+down < len(g.down) && g.down[g.nDown+down].cost+dot < -priceTol {
+			down++
 		}
+		if up > 0 {
+			g.span.widen(g, false, up)
+		}
+		if down > 0 {
+			g.span.widen(g, true, down)
+		}
+		added += up + down
 	}
 	return added
 }
@@ -331,9 +340,9 @@ func (cs *compSolver) extract(sol *Solution) {
 	for r, row := range cs.rows {
 		sol.Shed[row.c][row.m] = math.Max(0, clampTiny(cs.shed[r], row.demand))
 	}
-	sol.Stats.Pairs += len(cs.routes)
+	cs.stats.Pairs += len(cs.routes)
 	for _, row := range cs.rows {
-		sol.Stats.Candidates += len(row.cands)
+		cs.stats.Candidates += len(row.cands)
 	}
-	sol.Stats.ShedCost = math.Max(sol.Stats.ShedCost, cs.shedCost)
+	cs.stats.ShedCost = math.Max(cs.stats.ShedCost, cs.shedCost)
 }

@@ -68,6 +68,7 @@ type compSolver struct {
 	scratchA []segment
 	scratchB []segment
 	arena    []piece // this round's pieces; groups hold sub-slices
+	stats    Stats   // this component's, merged into the Solution's by solve
 }
 
 type demandRow struct {
@@ -170,7 +171,7 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 	if len(cs.rows) == 0 {
 		return nil
 	}
-	sol.Stats.Components++
+	cs.stats.Components = 1
 	cs.activatePrev()
 	if cs.o.colgen {
 		cs.seed()
@@ -406,9 +407,9 @@ func (cs *compSolver) solveRound(ctx context.Context, sol *Solution, round int) 
 		}
 	}
 	cs.build()
-	sol.Stats.Rounds++
-	sol.Stats.Rows = max(sol.Stats.Rows, len(cs.b.rowLo))
-	sol.Stats.Columns = max(sol.Stats.Columns, cs.b.cols())
+	cs.stats.Rounds++
+	cs.stats.Rows = max(cs.stats.Rows, len(cs.b.rowLo))
+	cs.stats.Columns = max(cs.stats.Columns, cs.b.cols())
 	m := cs.o.method
 	switch {
 	case round > 0 && cs.o.colgen && cs.o.rebase:
@@ -418,7 +419,7 @@ func (cs *compSolver) solveRound(ctx context.Context, sol *Solution, round int) 
 	}
 	res, err := cs.b.solve(m, maxSeconds)
 	if err != nil {
-		return lpResult{}, fmt.Errorf("round %d: %w", sol.Stats.Rounds, err)
+		return lpResult{}, fmt.Errorf("round %d: %w", cs.stats.Rounds, err)
 	}
 	return res, nil
 }

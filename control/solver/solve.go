@@ -3,9 +3,12 @@ package solver
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -56,18 +59,55 @@ func solve(ctx context.Context, p *Problem, o options) (*Solution, error) {
 	}
 	ix := newIndex(p)
 	sol := newSolution(p)
-	for _, comp := range ix.components() {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("solver: %w", err)
-		}
-		cs := newCompSolver(p, ix, comp, o)
-		if err := cs.run(ctx, sol); err != nil {
-			return nil, fmt.Errorf("solver: models %v: %w", comp.modelNames(p), err)
-		}
+	if err := solveComponents(ctx, p, ix, o, sol); err != nil {
+		return nil, err
 	}
+	sol.spreadTies(p, ix)
 	sol.finish(p, ix)
 	sol.Duration = time.Since(start)
 	return sol, nil
+}
+
+// solveComponents solves the independent components (groups of models linked by shared
+// engines) side by side, at most GOMAXPROCS at a time. Each writes only its own models'
+// rows of sol.Flow and sol.Shed and keeps its own Stats, which are merged afterwards, so
+// the result does not depend on the order in which they finish.
+func solveComponents(ctx context.Context, p *Problem, ix *index, o options, sol *Solution) error {
+	comps := ix.components()
+	solvers := make([]*compSolver, len(comps))
+	errs := make([]error, len(comps))
+	sem := make(chan struct{}, max(1, min(runtime.GOMAXPROCS(0), len(comps))))
+	var wg sync.WaitGroup
+	for i, comp := range comps {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := ctx.Err(); err != nil {
+				errs[i] = fmt.Errorf("solver: %w", err)
+				return
+			}
+			solvers[i] = newCompSolver(p, ix, comp, o)
+			if err := solvers[i].run(ctx, sol); err != nil {
+				errs[i] = fmt.Errorf("solver: models %v: %w", comp.modelNames(p), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, cs := range solvers {
+		st := cs.stats
+		sol.Stats.Components += st.Components
+		sol.Stats.Rounds += st.Rounds
+		sol.Stats.Rows = max(sol.Stats.Rows, st.Rows)
+		sol.Stats.Columns = max(sol.Stats.Columns, st.Columns)
+		sol.Stats.Pairs += st.Pairs
+		sol.Stats.Candidates += st.Candidates
+		sol.Stats.ShedCost = math.Max(sol.Stats.ShedCost, st.ShedCost)
+	}
+	return nil
 }
 
 // index holds what every component needs: engine segments, which engines
