@@ -45,6 +45,14 @@ func (f *fitter) add(p point, window int) {
 	f.next = (f.next + 1) % window
 }
 
+// minQueueShare is the least queueing coefficient a fitted curve keeps, as a share of its
+// base latency: an M/D/1 queue's, the least any queue of requests that each need Base of
+// one server's time can wait (Pollaczek-Khinchine: Base·ρ/(2(1−ρ)) with constant service
+// times). Points taken below an engine's knee show no queueing (TTFT flat in load), and
+// a fit without it would make the plan's cost linear in load: the LP then fills the
+// nearest engines to RhoMax before it spreads, and flips between equal engines.
+const minQueueShare = 0.5
+
 // fit least-squares fits L(λ) = Base + Queue·ρ/(1−ρ) (solver.Curve, with
 // ρ = λ/capacity) to the points, weighting each by 2^(−age/HalfLife). It
 // returns def and false until the points weigh MinWeight; it keeps
@@ -84,11 +92,12 @@ func (f *fitter) fit(capacity float64, now time.Time, cfg FitConfig, def solver.
 	}
 	q := vxy / vxx
 	b := my - q*mx
-	switch {
-	case q < 0: // latency not rising with load: all base
-		q, b = 0, my
-	case b < 0: // through the origin instead
+	if b < 0 { // through the origin instead
 		q, b = math.Max(0, sxy/sxx), 0
+	}
+	if q < minQueueShare*b {
+		b = my / (1 + minQueueShare*mx)
+		q = minQueueShare * b
 	}
 	return solver.Curve{Base: b, Queue: q}, sw, true
 }

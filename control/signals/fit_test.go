@@ -60,8 +60,13 @@ func TestFitDefaults(t *testing.T) {
 			func(c solver.Curve) bool { return c == def }},
 		{"constant load: base only, default queueing kept", repeat(point{load: 25, ttft: 0.5, at: now}, 50), true,
 			func(c solver.Curve) bool { return c.Queue == def.Queue && math.Abs(c.Base-(0.5-def.Queue*1)) < 1e-12 }},
-		{"latency falling with load: all base", append(repeat(point{load: 5, ttft: 0.3, at: now}, 20), repeat(point{load: 40, ttft: 0.1, at: now}, 20)...), true,
-			func(c solver.Curve) bool { return c.Queue == 0 && math.Abs(c.Base-0.2) < 1e-12 }},
+		// x = ρ/(1−ρ) is 1/9 at load 5 and 4 at load 40 (mean 2.056); the mean TTFT is 0.2.
+		{"latency falling with load: an M/D/1 queue's share kept, through the mean", append(repeat(point{load: 5, ttft: 0.3, at: now}, 20), repeat(point{load: 40, ttft: 0.1, at: now}, 20)...), true,
+			func(c solver.Curve) bool {
+				return c.Queue == minQueueShare*c.Base && math.Abs(c.Base+c.Queue*(1.0/9+4)/2-0.2) < 1e-12
+			}},
+		{"latency flat in load: the same", append(repeat(point{load: 5, ttft: 0.2, at: now}, 20), repeat(point{load: 40, ttft: 0.2, at: now}, 20)...), true,
+			func(c solver.Curve) bool { return c.Queue == minQueueShare*c.Base && c.Queue > 0 }},
 		{"saturated points ignored", append(repeat(point{load: 49.5, ttft: 100, at: now}, 30), repeat(point{load: 10, ttft: 0.1, at: now}, 5)...), false,
 			func(c solver.Curve) bool { return c == def }},
 	}
