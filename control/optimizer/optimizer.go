@@ -261,7 +261,27 @@ func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
 		}
 		p.Engines = append(p.Engines, se)
 	}
+	p.Params.MoveCost = max(p.Params.MoveCost, o.cacheMovePrice(f, in))
 	return p
+}
+
+// cacheMovePrice is what moving one request to an engine that lacks its cached prefix
+// costs it, in seconds: the prefill the engine must redo, which is the share of prompt
+// tokens the fleet's prefix caches serve (the engines' class hit rates, averaged over the
+// fleet) of a request's latency at no load (the default curve's base, --default-latency).
+// The plan's movement price μ is at least this: a move of δ req/s then pays 2μδ, and a
+// flow leaves its engines only for a latency gain that outweighs the cache it leaves
+// behind, not for every wobble of demand between regions. With no prefix caching (or
+// before any prompt was asked of the caches) it is 0 and the configured MoveCost rules.
+func (o *Optimizer) cacheMovePrice(f *fleet.Fleet, in Inputs) float64 {
+	if len(f.Engines) == 0 {
+		return 0
+	}
+	h := 0.0
+	for _, e := range f.Engines {
+		h += min(max(in.Engines[e.Name].ClassHitRate, 0), 1)
+	}
+	return o.cfg.DefaultCurve.Base * h / float64(len(f.Engines))
 }
 
 // capacity is the request rate the plan gives engine e before penalties: its capacity_rps,

@@ -142,6 +142,41 @@ func TestPrefixCacheHitsCreditCapacity(t *testing.T) {
 	}
 }
 
+// Where the prefix caches serve most prompt tokens, a move costs the moved requests their
+// cache: a small imbalance between regions that moves flow across without caching does
+// not move it when the caches serve 90% of the prompt tokens.
+func TestAMoveIsPricedAtTheCacheItLeaves(t *testing.T) {
+	far := func(hit float64) float64 {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.MaxShareStep = 1
+		o, _ := New(cfg)
+		in := func(a, b float64) Inputs {
+			in := demand(a, b)
+			in.Engines = map[string]EngineInput{}
+			for _, e := range []string{"a-0", "a-1", "b-0", "b-1"} {
+				in.Engines[e] = EngineInput{ClassHitRate: hit}
+			}
+			return in
+		}
+		f := mustFleet(t, twoRegions)
+		if _, err := o.Step(context.Background(), f, in(9, 9)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := o.Step(context.Background(), f, in(9.8, 8.2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return shareOf(res.Weights["region-a"]["m"], "b-0", "b-1")
+	}
+	if got := far(0); got < 0.02 {
+		t.Errorf("no prefix caching: region-a at 9.8 req/s against 8.2 sends %.3f to region-b, want some", got)
+	}
+	if got := far(0.9); got != 0 {
+		t.Errorf("90%% of prompt tokens cached: region-a sends %.3f to region-b, want none", got)
+	}
+}
+
 func TestSmallMovesAreNotPublished(t *testing.T) {
 	f := mustFleet(t, twoRegions)
 	cfg := DefaultConfig()
