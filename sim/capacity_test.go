@@ -32,7 +32,7 @@ func prefillBoundConfig(t *testing.T) Config {
 		StepBase: 10 * time.Millisecond, DecodeSeqCost: time.Millisecond}
 	return Config{Trace: reqs, Regions: []string{"r0"}, EnginesPerRegion: 1, RTT: [][]time.Duration{{0}},
 		Engine: ecfg, Load: 1, Scenario: Steady, Policies: []string{"round-robin"}, Seed: 1,
-		TTFTSLO: time.Second, Retries: 0, SLO: SLO{TTFTBase: 3 * time.Second, MaxITL: time.Second}}
+		Retries: 0, SLO: SLO{TTFTBase: 3 * time.Second, MaxITL: time.Second}}
 }
 
 func TestCapacitySearchFindsThePrefillBound(t *testing.T) {

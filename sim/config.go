@@ -57,8 +57,6 @@ type Config struct {
 	Policies []string
 	// Seed drives every random choice (region assignment, step extras).
 	Seed uint64
-	// TTFTSLO is the time to first token under which a completed request counts as goodput.
-	TTFTSLO time.Duration
 	// Retries is how many further engines a baseline proxy tries after a failed attempt
 	// (Envoy's num_retries).
 	Retries int
@@ -197,9 +195,6 @@ func (c *Config) Validate() error {
 		if !slices.Contains(PolicyNames, p) {
 			bad("Policies", "%q is not one of %v", p, PolicyNames)
 		}
-	}
-	if c.TTFTSLO <= 0 {
-		bad("TTFTSLO", "is %v, must be positive", c.TTFTSLO)
 	}
 	if c.Retries < 0 {
 		bad("Retries", "is %d, must not be negative", c.Retries)

@@ -27,8 +27,13 @@ type Result struct {
 	ITLP50  float64 `json:"itl_p50_ms"`
 	ITLP99  float64 `json:"itl_p99_ms"`
 	E2EP99  float64 `json:"e2e_p99_ms"`
-	// GoodputRPS counts completed requests whose TTFT met the SLO, per second of arrivals.
-	GoodputRPS float64 `json:"goodput_rps"`
+	// SLOGoodputRPS counts the requests that met Config.SLO, per second of arrivals.
+	SLOGoodputRPS float64 `json:"slo_goodput_rps"`
+	// Event is what the requests the scenarios act on saw: those entering through region 0
+	// that arrive in the middle third of the run (where step doubles region 0's demand,
+	// outage takes its engines down and slow-engine slows its engine 0; in steady, the
+	// same slice of undisturbed traffic).
+	Event EventResult `json:"event"`
 	// KVHitRate is prompt blocks served from cache over all prompt block references;
 	// KVHitUpperBound is the same ratio for an infinite cache shared by every engine.
 	KVHitRate       float64 `json:"kv_hit_rate"`
@@ -61,6 +66,20 @@ type Result struct {
 	Samples []WeightSample `json:"-"`
 }
 
+// EventResult measures the requests a scenario acts on (Result.Event).
+type EventResult struct {
+	Requests int `json:"requests"`
+	// SLOAttainment is the fraction of them that met Config.SLO, and SLOGoodputRPS that
+	// many per second of the middle third.
+	SLOAttainment float64 `json:"slo_attainment"`
+	SLOGoodputRPS float64 `json:"slo_goodput_rps"`
+}
+
+// inEvent reports whether r is one of the requests the scenario acts on (Result.Event).
+func inEvent(r *Request, span time.Duration) bool {
+	return r.Cluster == 0 && r.Arrival >= span/3 && r.Arrival < 2*span/3
+}
+
 // WeightSample is every cluster's weights at one instant: W[cluster][engine].
 type WeightSample struct {
 	At time.Duration
@@ -81,13 +100,15 @@ type recorder struct {
 	slo               SLO
 	missed            int // requests known to miss the SLO
 	good              int // requests finished that met it
+	eventGood         int // of them, requests the scenario acts on (inEvent)
+	span              time.Duration
 	missedTTFT        int
 	missedITL         int
 	stopped           bool
 }
 
-func newRecorder(f fleetShape, slo SLO) recorder {
-	return recorder{shape: f, itl: newLogHist(), slo: slo}
+func newRecorder(f fleetShape, slo SLO, span time.Duration) recorder {
+	return recorder{shape: f, itl: newLogHist(), slo: slo, span: span}
 }
 
 // miss records that st misses the SLO (once).
@@ -110,6 +131,9 @@ func (rc *recorder) finish(st *reqState) {
 	}
 	if st.status == completed && !st.missed {
 		rc.good++
+		if inEvent(st.r, rc.span) {
+			rc.eventGood++
+		}
 	}
 	rc.refs += len(st.r.Blocks)
 	switch st.status {
@@ -155,9 +179,18 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 		Retries: rc.retries, TooLarge: rc.tooLarge,
 		TTFTs: rc.ttft, Samples: rc.samples,
 	}
-	slo := cfg.TTFTSLO.Seconds()
-	good, _ := slices.BinarySearch(rc.ttft, math.Nextafter(slo, math.Inf(1)))
-	res.GoodputRPS = float64(good) / w.Span.Seconds()
+	if rc.slo.set() && w.Span > 0 {
+		res.SLOGoodputRPS = float64(rc.good) / w.Span.Seconds()
+		for i := range w.Requests {
+			if inEvent(&w.Requests[i], w.Span) {
+				res.Event.Requests++
+			}
+		}
+		if res.Event.Requests > 0 {
+			res.Event.SLOAttainment = float64(rc.eventGood) / float64(res.Event.Requests)
+			res.Event.SLOGoodputRPS = float64(rc.eventGood) / (w.Span / 3).Seconds()
+		}
+	}
 	if rc.slo.set() && n > 0 {
 		// Requests never finished (the drain limit) miss too.
 		res.SLOAttainment = float64(rc.good) / float64(n)

@@ -124,7 +124,7 @@ func newRun(cfg *Config, w *Workload, name string, progress *atomic.Int64) (*run
 		r.view.Region = append(r.view.Region, s.region)
 	}
 	r.states = make([]reqState, len(w.Requests))
-	r.rec = newRecorder(shape, cfg.SLO)
+	r.rec = newRecorder(shape, cfg.SLO, w.Span)
 	r.scrape = View{Engines: make([]EngineView, shape.engines), RTT: r.view.RTT, Region: r.view.Region,
 		Capacity: r.view.Capacity}
 	return r, nil

@@ -54,7 +54,7 @@ func testSimConfig(t *testing.T, tr string, sc Scenario) *Config {
 	ecfg.KVBlocks = 200
 	return &Config{Trace: reqs, Regions: DefaultRegions, EnginesPerRegion: 2, RTT: DefaultRTT(),
 		Engine: ecfg, Load: 0.7, Scenario: sc, Policies: PolicyNames, Seed: 7,
-		TTFTSLO: 10 * time.Second, Retries: 1, Deployment: DeployGlobal}
+		Retries: 1, Deployment: DeployGlobal}
 }
 
 func byPolicy(t *testing.T, results []Result) map[string]Result {
@@ -232,5 +232,36 @@ func TestOverloadShedsAreCountedByReason(t *testing.T) {
 			t.Errorf("shed backlog %v: %d shed, by reason %v: want every shed counted, the quota's among them",
 				backlog, r.Shed, r.ShedReasons)
 		}
+	}
+}
+
+// In an outage, a per-region router has nowhere to send region 0's requests, and the
+// event measure (region 0's requests of the middle third) shows it; meridian's plan sends
+// them to the other regions.
+func TestOutageEventGoodput(t *testing.T) {
+	cfg := testSimConfig(t, conversationTrace(450, 3), Outage)
+	cfg.Policies, cfg.Deployment, cfg.Load, cfg.SLO = []string{"llm-d", "meridian-defaults"}, DeployRegion, 0.4, DefaultSLO()
+	res, w, err := Run(context.Background(), cfg, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(Table(res, w))
+	r := byPolicy(t, res)
+	want := 0
+	for i := range w.Requests {
+		if q := &w.Requests[i]; q.Cluster == 0 && q.Arrival >= w.Span/3 && q.Arrival < 2*w.Span/3 {
+			want++
+		}
+	}
+	for name, res := range r {
+		if res.Event.Requests != want || want == 0 {
+			t.Errorf("%s: %d event requests, want region 0's %d of the middle third", name, res.Event.Requests, want)
+		}
+	}
+	if got := r["llm-d"].Event; got.SLOAttainment != 0 || got.SLOGoodputRPS != 0 {
+		t.Errorf("llm-d per region served region 0's requests through its outage: %+v", got)
+	}
+	if got := r["meridian-defaults"].Event; got.SLOAttainment < 0.5 {
+		t.Errorf("meridian-defaults met the SLO for %.2f of region 0's requests through its outage, want most", got.SLOAttainment)
 	}
 }

@@ -36,6 +36,11 @@ func Targets(results map[Scenario][]Result) []Target {
 				fmt.Sprintf("%.3f vs %.3f per min (%.1fx)", pc.WeightChurn, mStep.WeightChurn, ratio), ratio >= 3})
 		}
 	}
+	for _, sc := range []Scenario{Step, Outage} {
+		if t, ok := eventTarget(sc, func(p string) (Result, bool) { return get(sc, p) }); ok {
+			out = append(out, t)
+		}
+	}
 	if mo, ok := get(Overload, "meridian"); ok {
 		excess := 1 - 1/overloadFactor
 		out = append(out, Target{Overload, "meridian sheds <= the excess over capacity + 2 points",
@@ -47,6 +52,36 @@ func Targets(results map[Scenario][]Result) []Target {
 		}
 	}
 	return out
+}
+
+// anchors are the open routers' own algorithms, which issue 14's targets compare with.
+var anchors = []string{"llm-d", "llm-d-precise", "dynamo", "sglang"}
+
+// eventTarget is issue 14's check for step and outage: meridian as shipped serves at least
+// twice the SLO goodput of the best anchor to the requests the scenario acts on (region 0's,
+// in the middle third).
+func eventTarget(sc Scenario, get func(string) (Result, bool)) (Target, bool) {
+	m, ok := get("meridian-defaults")
+	if !ok {
+		return Target{}, false
+	}
+	best, bestName := 0.0, ""
+	for _, p := range anchors {
+		if r, ok := get(p); ok && (bestName == "" || r.Event.SLOGoodputRPS > best) {
+			best, bestName = r.Event.SLOGoodputRPS, p
+		}
+	}
+	if bestName == "" {
+		return Target{}, false
+	}
+	ratio := "no goodput at all for the anchors"
+	if best > 0 {
+		ratio = fmt.Sprintf("%.2fx", m.Event.SLOGoodputRPS/best)
+	}
+	return Target{sc, "meridian-defaults' SLO goodput for the requests the scenario acts on >= 2x the best anchor's",
+		fmt.Sprintf("%.3f vs %s %.3f req/s (%s; SLO attainment %.3f vs %.3f)", m.Event.SLOGoodputRPS, bestName, best, ratio,
+			m.Event.SLOAttainment, func() float64 { r, _ := get(bestName); return r.Event.SLOAttainment }()),
+		m.Event.SLOGoodputRPS >= 2*best}, true
 }
 
 func steadyTargets(m Result, get func(string) (Result, bool)) []Target {

@@ -32,3 +32,25 @@ func TestTargets(t *testing.T) {
 		}
 	}
 }
+
+// The step and outage targets compare the SLO goodput of the requests the scenario acts
+// on with the best anchor's, and an anchor that serves none of them fails any ratio.
+func TestEventTargets(t *testing.T) {
+	ev := func(policy string, good float64) Result {
+		return Result{Policy: policy, Event: EventResult{Requests: 100, SLOGoodputRPS: good, SLOAttainment: good / 10}}
+	}
+	results := map[Scenario][]Result{
+		Step:   {ev("llm-d", 1), ev("llm-d-precise", 2.5), ev("dynamo", 1), ev("sglang", 0.5), ev("meridian-defaults", 4.9)},
+		Outage: {ev("llm-d", 0), ev("llm-d-precise", 0), ev("dynamo", 0), ev("sglang", 0), ev("meridian-defaults", 3)},
+	}
+	got := Targets(results)
+	if len(got) != 2 {
+		t.Fatalf("%d targets, want the step and outage ones:\n%s", len(got), TargetTable(got))
+	}
+	for _, tg := range got {
+		want := tg.Scenario == Outage // step: 4.9 < 2 x 2.5
+		if tg.Met != want {
+			t.Errorf("%s: met=%v (%s), want %v", tg.Scenario, tg.Met, tg.Measured, want)
+		}
+	}
+}

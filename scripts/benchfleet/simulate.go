@@ -46,7 +46,7 @@ func simulate(ctx context.Context, o options, sub []trace.Request, regions []str
 	}
 	cfg := &sim.Config{Trace: sub, Regions: regions, EnginesPerRegion: o.perRegion, RTT: rtt,
 		Engine: engine.A100Llama8B(trace.BlockTokens), Load: o.load, Scenario: sim.Steady, Seed: o.seed,
-		TTFTSLO: 10 * time.Second, Retries: 0,
+		Retries: 0,
 		// Each baseline Envoy's cluster holds every engine (the remote ones at a lower
 		// priority), so the simulator's baselines route over the whole fleet, not per region.
 		Deployment: sim.DeployGlobal}

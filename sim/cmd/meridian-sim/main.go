@@ -29,7 +29,6 @@ type options struct {
 	out        string
 	perRegion  int
 	seed       uint64
-	goodputSLO time.Duration
 	retries    int
 	sample     float64
 	first      int
@@ -98,7 +97,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "", "directory for results.json, report.md and plots (none: table on stdout only)")
 	fs.IntVar(&o.perRegion, "engines-per-region", 4, "engines in each of the 3 regions")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed for region assignment and scenario extras")
-	fs.DurationVar(&o.goodputSLO, "ttft-slo", 10*time.Second, "TTFT under which a completed request counts as goodput")
 	fs.IntVar(&o.retries, "retries", 1, "retries a baseline proxy makes on another engine after a failure")
 	fs.Float64Var(&o.sample, "sample", 1, "keep each trace request with this probability (before rescaling to --load)")
 	fs.IntVar(&o.first, "first", 0, "use only the first N requests of the trace (0: all)")
@@ -248,7 +246,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	}
 	base := sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
 		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
-		Seed: o.seed, TTFTSLO: o.goodputSLO, Retries: o.retries, Deployment: o.deployments[0],
+		Seed: o.seed, Retries: o.retries, Deployment: o.deployments[0],
 		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog}
 	if base.Deployment == sim.DeployGlobal {
 		base.Replicas = 1

@@ -63,7 +63,7 @@ func TestWritesResultsReportAndPlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	required := []string{"policy", "requests", "completed", "shed", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
-		"itl_p50_ms", "itl_p99_ms", "e2e_p99_ms", "goodput_rps", "kv_hit_rate", "kv_hit_upper_bound", "weight_churn"}
+		"itl_p50_ms", "itl_p99_ms", "e2e_p99_ms", "slo_goodput_rps", "slo_attainment", "kv_hit_rate", "kv_hit_upper_bound", "weight_churn"}
 	if len(results) != len(o.policies) {
 		t.Fatalf("%d results for %d policies", len(results), len(o.policies))
 	}
