@@ -137,6 +137,36 @@ func TestANewCoreKeepsUnknownKeysOnTheirFirstEngine(t *testing.T) {
 	}
 }
 
+// A new core whose first look at the engines shows empty caches (the fleet starts, or the
+// engines restarted too) has nothing to keep unknown keys near: it places them by load from
+// its first request on, and a later look at a cache that has filled since changes nothing.
+// One engine that had written into its cache at the first look keeps the warm-up.
+func TestANewCoreOverColdCachesPlacesUnknownKeysByLoad(t *testing.T) {
+	probe := placementCore(t)
+	const key, other = 0x1234567890abcdef, 0x0fedcba987654321
+	first := route(t, probe, key).Engine
+	newCore := func(written float64) *Core {
+		c, _ := newPlacementCore(t)
+		for _, ep := range twoModels(nil).Models["a"].Endpoints {
+			w := 0.0
+			if ep.Engine == first {
+				w = written
+			}
+			c.ObserveEngineLoad(ep.Address, cacheWrites(0, w, 100_000))
+		}
+		d := route(t, c, other) // prices others' requests as in the test above
+		c.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(d.Engine), Status: 200, Attempts: 1})
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, written+10_000, 100_000)) // the load that moves a homeless key
+		return c
+	}
+	if got := route(t, newCore(0), key).Engine; got == first {
+		t.Errorf("over cold caches, a new core kept an unknown key on its loaded first engine %s", first)
+	}
+	if got := route(t, newCore(50_000), key).Engine; got != first {
+		t.Errorf("over a warm cache, a new core moved an unknown key off its first engine %s to %s", first, got)
+	}
+}
+
 // Others' requests are priced at the mean work of the requests the core steered, which
 // outlives the requests in flight.
 func TestRequestWorkIsTheMeanOfRecentRequests(t *testing.T) {
