@@ -227,3 +227,37 @@ func TestKVEventsReachSubscribersAfterTheDelay(t *testing.T) {
 		t.Errorf("hit rate with events after 10 ms %.3f, never %.3f", prompt, never)
 	}
 }
+
+// The oracle sends a request where its prefill would end first: to the engine that caches
+// its prompt, until the prefill queued there outweighs the prefill it saves; and a request
+// it sent leaves that queue at its first token.
+func TestOracleWeighsCachedPrefixAgainstQueuedPrefill(t *testing.T) {
+	p := newOracle(fleetShape{clusters: 1, engines: 2}, anchorEnv())
+	var stored []engine.KVEvent
+	for h := uint64(100); h < 108; h++ {
+		stored = append(stored, engine.KVEvent{Kind: engine.BlockStored, Hash: h})
+	}
+	p.KVEvents(0, 0, stored) // engine 0 caches all 8 blocks of the prompt (4096 tokens)
+	if got := p.Route(time.Second, req(1, 100, 8)).Engines[0]; got != 0 {
+		t.Fatalf("nothing queued: routed to %d, want the engine with the prompt cached, 0", got)
+	}
+	// 3 blocks (1536 tokens) queued on engine 0 cost less than the 4095 it saves...
+	q := req(2, 500, 3)
+	sent(p, q, 0)
+	if got := p.Route(time.Second, req(3, 100, 8)).Engines[0]; got != 0 {
+		t.Errorf("1536 tokens queued on the cached engine: routed to %d, want 0", got)
+	}
+	// ... 10 more (5120) cost more.
+	big := req(4, 900, 10)
+	sent(p, big, 0)
+	if got := p.Route(time.Second, req(5, 100, 8)).Engines[0]; got != 1 {
+		t.Errorf("6656 tokens queued on the cached engine: routed to %d, want the idle one, 1", got)
+	}
+	p.Observe(0, Outcome{Kind: FirstToken, Request: big, Engine: 0})
+	if got := p.Route(time.Second, req(6, 100, 8)).Engines[0]; got != 0 {
+		t.Errorf("the long prompt past its first token: routed to %d, want 0 again", got)
+	}
+	if p.decode[0] != 1 || math.Abs(p.pending[0]-1536) > 1e-9 {
+		t.Errorf("engine 0: %d decoding, %v tokens pending; want 1 and 1536", p.decode[0], p.pending[0])
+	}
+}

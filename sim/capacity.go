@@ -67,8 +67,8 @@ func (c *CapacityConfig) Validate() error {
 		bad("Policies", "is empty")
 	}
 	for _, p := range c.Policies {
-		if !slices.Contains(PolicyNames, p) {
-			bad("Policies", "%q is not one of %v", p, PolicyNames)
+		if !knownPolicy(p) {
+			bad("Policies", "%q is not one of %v or %v", p, PolicyNames, ReferenceNames)
 		}
 	}
 	if len(c.Deployments) == 0 {

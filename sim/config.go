@@ -192,8 +192,8 @@ func (c *Config) Validate() error {
 		bad("Policies", "is empty")
 	}
 	for _, p := range c.Policies {
-		if !slices.Contains(PolicyNames, p) {
-			bad("Policies", "%q is not one of %v", p, PolicyNames)
+		if !knownPolicy(p) {
+			bad("Policies", "%q is not one of %v or %v", p, PolicyNames, ReferenceNames)
 		}
 	}
 	if c.Retries < 0 {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/meridian-router/meridian/sim/engine"
@@ -106,9 +107,18 @@ type EngineView struct {
 	Stats engine.Stats
 }
 
-// PolicyNames lists the policies a run can compare, in report order.
+// PolicyNames lists the policies a run compares unless told otherwise, in report order.
 var PolicyNames = []string{"round-robin", "least-request", "prefix-hash", "p-controller",
 	"llm-d", "llm-d-precise", "dynamo", "sglang", "meridian", "meridian-defaults"}
+
+// ReferenceNames are policies that are not routers anyone can run but bounds to read the
+// others against (oracle.go); a run compares them only when asked by name.
+var ReferenceNames = []string{"oracle"}
+
+// knownPolicy reports whether name is one of PolicyNames or ReferenceNames.
+func knownPolicy(name string) bool {
+	return slices.Contains(PolicyNames, name) || slices.Contains(ReferenceNames, name)
+}
 
 // newPolicy builds the named policy for a fleet of engines across clusters. Every policy
 // but meridian's is deployed by newPooled as Config.Deployment says; meridian is one
@@ -122,7 +132,7 @@ func newPolicy(name string, f fleetShape, cfg *Config, w *Workload) (Policy, err
 	}
 	build, ok := builderFor(name)
 	if !ok {
-		return nil, fmt.Errorf("unknown policy %q (known: %v)", name, PolicyNames)
+		return nil, fmt.Errorf("unknown policy %q (known: %v and %v)", name, PolicyNames, ReferenceNames)
 	}
 	return newPooled(f, cfg, build)
 }
@@ -146,6 +156,8 @@ func builderFor(name string) (replicaBuilder, bool) {
 		return func(f fleetShape, env poolEnv) (Policy, error) { return newDynamo(f, env), nil }, true
 	case "sglang":
 		return func(f fleetShape, env poolEnv) (Policy, error) { return newSGLang(f, env), nil }, true
+	case "oracle":
+		return func(f fleetShape, env poolEnv) (Policy, error) { return newOracle(f, env), nil }, true
 	}
 	return nil, false
 }

@@ -71,6 +71,10 @@ Deployment: every policy but meridian's runs as its users deploy it. --deploymen
 region. --deployment global is one pool over all engines with one replica. meridian is one
 control server with --replicas sidecars per region under either.
 
+--policies oracle adds a reference that no one can deploy (sim/oracle.go): a router that
+knows every engine's cache and prefill queue the instant they change. Run it with
+--replicas 1 --kv-event-delay 0; a target above its capacity is out of any router's reach.
+
 Output (--out DIR): results.json (one object per policy), report.md (a table), ttft_cdf.png
 and weights.png; with several scenarios, one subdirectory each and a combined report.md.
 
