@@ -14,6 +14,8 @@ import (
 
 	"github.com/meridian-router/meridian/envoy/stack"
 	"github.com/meridian-router/meridian/examples/loadgen/load"
+	"github.com/meridian-router/meridian/sim"
+	"github.com/meridian-router/meridian/sim/trace"
 )
 
 // writeTrace writes a small Mooncake trace: convs conversations of turns requests each,
@@ -170,4 +172,33 @@ func TestBaselineBootstrapValidates(t *testing.T) {
 func execOutput(bin string, args ...string) (string, error) {
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	return string(out), err
+}
+
+// The simulator's prediction judges requests by the run's SLO before time scaling: a
+// generous SLO is met by every completed request, a 1 ms one by none.
+func TestSimulatePredictsSLOAttainment(t *testing.T) {
+	reqs, err := trace.ReadFile(writeTrace(t, 6, 4, 2, 2), trace.FormatAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := options{load: 0.3, regions: 2, perRegion: 2, rttMillis: 15, seed: 1, configs: []string{Meridian, LeastRequest, RingHash}}
+	for _, tc := range []struct {
+		name string
+		slo  sim.SLO
+		want func(float64) bool
+	}{
+		{"generous", sim.SLO{TTFTBase: time.Hour, MaxITL: time.Hour}, func(a float64) bool { return a > 0.9 }},
+		{"1 ms", sim.SLO{TTFTBase: time.Millisecond, MaxITL: time.Millisecond}, func(a float64) bool { return a == 0 }},
+	} {
+		o.slo = SLO{tc.slo}
+		res, err := simulate(context.Background(), o, reqs, []string{"region-a", "region-b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c, r := range res {
+			if !tc.want(r.SLOAttainment) {
+				t.Errorf("%s SLO, %s: predicted attainment %v", tc.name, c, r.SLOAttainment)
+			}
+		}
+	}
 }

@@ -21,13 +21,16 @@ var simPolicies = map[string]string{
 // fleet shape, load and region assignment. Its latencies are divided by the speed, so
 // they compare with the run's wall-clock figures.
 type SimResult struct {
-	Policy    string  `json:"policy"`
-	Completed int     `json:"completed"`
-	Shed      int     `json:"shed"`
-	Failed    int     `json:"failed"`
-	TTFTP50   float64 `json:"ttft_p50_ms"`
-	TTFTP90   float64 `json:"ttft_p90_ms"`
-	KVHitRate float64 `json:"kv_hit_rate"`
+	Policy    string `json:"policy"`
+	Completed int    `json:"completed"`
+	Shed      int    `json:"shed"`
+	Failed    int    `json:"failed"`
+	// SLOAttainment is judged by the run's SLO before time scaling (the simulator runs
+	// on unscaled time).
+	SLOAttainment float64 `json:"slo_attainment"`
+	TTFTP50       float64 `json:"ttft_p50_ms"`
+	TTFTP90       float64 `json:"ttft_p90_ms"`
+	KVHitRate     float64 `json:"kv_hit_rate"`
 }
 
 // simulate runs the simulator on the unscaled subset (it scales it to o.load itself, by
@@ -46,7 +49,7 @@ func simulate(ctx context.Context, o options, sub []trace.Request, regions []str
 	}
 	cfg := &sim.Config{Trace: sub, Regions: regions, EnginesPerRegion: o.perRegion, RTT: rtt,
 		Engine: engine.A100Llama8B(trace.BlockTokens), Load: o.load, Scenario: sim.Steady, Seed: o.seed,
-		Retries: 0,
+		Retries: 0, SLO: o.slo.SLO,
 		// Each baseline Envoy's cluster holds every engine (the remote ones at a lower
 		// priority), so the simulator's baselines route over the whole fleet, not per region.
 		Deployment: sim.DeployGlobal}
@@ -60,7 +63,7 @@ func simulate(ctx context.Context, o options, sub []trace.Request, regions []str
 	out := map[string]SimResult{}
 	for i, c := range o.configs {
 		r := results[i]
-		out[c] = SimResult{Policy: r.Policy, Completed: r.Completed, Shed: r.Shed, Failed: r.Failed,
+		out[c] = SimResult{Policy: r.Policy, Completed: r.Completed, Shed: r.Shed, Failed: r.Failed, SLOAttainment: round3(r.SLOAttainment),
 			TTFTP50: round3(r.TTFTP50 / o.speed), TTFTP90: round3(r.TTFTP90 / o.speed), KVHitRate: round3(r.KVHitRate)}
 	}
 	return out, nil
