@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/meridian-router/meridian/sim/trace"
 )
 
 // Table renders results as a markdown table.
@@ -71,14 +73,16 @@ func Describe(w *Workload, cfg *Config) string {
 // describeFleet states the fleet, the routers' deployment and the trace's cold capacity.
 func describeFleet(w *Workload, cfg *Config) string {
 	e := cfg.Engine
+	st := trace.Summarize(cfg.Trace)
 	return fmt.Sprintf("Fleet: %d regions (%s) x %d engines, RTT matrix %v. "+
 		"Engine: max_num_seqs %d, %d-token step budget, %d KV blocks of %d tokens, prefill %.0f tokens/s, "+
 		"decode step %v + %v per sequence. Routers: %s deployment, %d replicas per pool, KV events after %v. "+
-		"Fleet capacity %.2f req/s (cold), %.0f%% of it in prefill (meridian's prefill_share %.2f).",
+		"Fleet capacity %.2f req/s (cold), %.0f%% of it in prefill (meridian's prefill_share %.2f). "+
+		"Trace arrivals per minute: %.2f x the mean at the 90th percentile, %.2f x in the busiest minute.",
 		len(cfg.Regions), strings.Join(cfg.Regions, ", "), cfg.EnginesPerRegion, rttString(cfg.RTT),
 		e.MaxNumSeqs, e.MaxBatchedTokens, e.KVBlocks, e.BlockTokens, e.PrefillTokensPerSec,
 		e.StepBase, e.DecodeSeqCost, cfg.deployment(), cfg.replicas(), cfg.KVEventDelay, w.Capacity,
-		100*w.PrefillShare, w.PrefillShare)
+		100*w.PrefillShare, w.PrefillShare, st.MinuteP90, st.MinuteMax)
 }
 
 func rttString(rtt [][]time.Duration) string {

@@ -36,6 +36,8 @@ type EngineSpec struct {
 	Name, Region string
 	Models       []string
 	CapacityRPS  float64
+	// PrefillShare is the fleet file's prefill_share for the engine (0: none).
+	PrefillShare float64
 	// MaxInFlight is the fleet file's hard cap for the sidecar (0: none).
 	MaxInFlight int
 	// Args are extra engine flags (mockvllm's, for example --ttft, or llm-d-inference-sim's).
@@ -421,7 +423,7 @@ func (s *Stack) WriteFleet(weights map[string]map[string]uint32) error {
 		if c == 0 {
 			c = 20
 		}
-		f.Engines = append(f.Engines, fleet.Engine{Name: e.Name, Address: s.Engines[e.Name].Address, Region: e.Region, Models: e.Models, CapacityRPS: c, MaxInFlight: e.MaxInFlight})
+		f.Engines = append(f.Engines, fleet.Engine{Name: e.Name, Address: s.Engines[e.Name].Address, Region: e.Region, Models: e.Models, CapacityRPS: c, PrefillShare: e.PrefillShare, MaxInFlight: e.MaxInFlight})
 	}
 	if f.RTTMillis == nil {
 		f.RTTMillis = map[string]map[string]float64{}

@@ -72,6 +72,10 @@ func TestTinyFleet(t *testing.T) {
 	if out.SLO.TTFTBaseMs != 100 || out.SLO.TTFTPerTokenMs != 0.02 || out.SLO.ITLMeanMs != 10 || out.SLO.TimeScale != 10 {
 		t.Errorf("slo %+v, want 100 ms + 0.02 ms per token, ITL 10 ms, scale 10", out.SLO)
 	}
+	// Prompts of 6 blocks (3,072 tokens) and 8 output tokens: prefill is most of the time.
+	if !(out.PrefillShare > 0.5 && out.PrefillShare < 1) {
+		t.Errorf("prefill_share %v, want most of a cold request's engine time", out.PrefillShare)
+	}
 	if !(out.KVHitUpperBound > 0.5 && out.KVHitUpperBound <= 1) {
 		t.Errorf("kv_hit_upper_bound %v: the trace shares 4 of 6 blocks per request", out.KVHitUpperBound)
 	}

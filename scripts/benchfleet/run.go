@@ -35,7 +35,10 @@ type Output struct {
 	// CapacityRPS (cold) and OfferedRPS are wall-clock rates of the time-scaled run.
 	CapacityRPS float64 `json:"capacity_rps"`
 	OfferedRPS  float64 `json:"offered_rps"`
-	ReplaySpanS float64 `json:"replay_span_s"`
+	// PrefillShare is the part of a cold request's engine time spent in prefill, given to
+	// meridian's fleet file as prefill_share.
+	PrefillShare float64 `json:"prefill_share"`
+	ReplaySpanS  float64 `json:"replay_span_s"`
 	// RTTMs is the injected round trip between two regions (after time scaling).
 	RTTMs float64   `json:"rtt_ms"`
 	SLO   SLOReport `json:"slo"`
@@ -151,7 +154,7 @@ func run(ctx context.Context, o options, stderr io.Writer) (*Output, error) {
 		}
 	}
 	out := &Output{Trace: displayPath(o.tracePath), Requests: len(w.reqs), Regions: o.regions, EnginesPerRegion: o.perRegion,
-		BaselineScope: o.scope, Speed: o.speed, Load: o.load, CapacityRPS: round3(w.capacity), OfferedRPS: round3(w.offered),
+		BaselineScope: o.scope, Speed: o.speed, Load: o.load, CapacityRPS: round3(w.capacity), OfferedRPS: round3(w.offered), PrefillShare: round3(w.prefillShare),
 		ReplaySpanS: round3(w.span.Seconds()), RTTMs: round3(o.rttMillis / o.speed), KVHitUpperBound: round3(w.upperBound),
 		Repeats: o.repeats, Configs: map[string]ConfigResult{}, Sim: simulated}
 	slo := o.slo.Scaled(o.speed)
@@ -192,7 +195,7 @@ func (b *bench) spec(dir string, bins stack.Binaries) stack.Spec {
 			name := fmt.Sprintf("%s-%d", r, j)
 			b.engRegion[name] = r
 			spec.Engines = append(spec.Engines, stack.EngineSpec{Name: name, Region: r, Models: []string{model},
-				CapacityRPS: b.o.speed / b.w.coldService, Args: engineArgs})
+				CapacityRPS: b.o.speed / b.w.coldService, PrefillShare: b.w.prefillShare, Args: engineArgs})
 		}
 	}
 	for _, from := range b.regions {

@@ -19,6 +19,9 @@ type workload struct {
 	// coldService is the subset's mean engine seconds per request with no cache hit, at
 	// the engine model's own speed (engine.Config.ServiceSeconds, as the simulator's).
 	coldService float64
+	// prefillShare is the part of that time spent in prefill: the fleet file's
+	// prefill_share, as the simulator states it.
+	prefillShare float64
 	// capacity and offered are the fleet's cold capacity and the offered rate, in wall
 	// requests/s (both include the speed-up).
 	capacity, offered float64
@@ -51,9 +54,12 @@ func buildWorkload(o options) (*workload, error) {
 	}
 	w := &workload{sub: sub}
 	cfg := engine.A100Llama8B(trace.BlockTokens)
+	prefill := 0.0
 	for _, r := range sub {
 		w.coldService += cfg.ServiceSeconds(r.InputTokens, max(r.OutputTokens, 1))
+		prefill += float64(r.InputTokens) / cfg.PrefillTokensPerSec
 	}
+	w.prefillShare = prefill / w.coldService
 	w.coldService /= float64(len(sub))
 	engines := o.regions * o.perRegion
 	w.capacity = float64(engines) / w.coldService * o.speed

@@ -23,6 +23,11 @@ type Stats struct {
 	// block seen before implies its whole prefix was seen before, so this is
 	// also the bound for prefix caching. No routing policy can exceed it.
 	HitRateUpperBound float64
+	// MinuteP90 and MinuteMax are the arrival rate in whole one-minute windows from the
+	// first arrival, at the 90th percentile and at the busiest window, as multiples of
+	// MeanRate: how far the demand a plan must follow swings for minutes at a time (1 for
+	// perfectly even arrivals). Zero for a trace shorter than two minutes.
+	MinuteP90, MinuteMax float64
 }
 
 // Dist describes a token-count distribution. Percentiles interpolate
@@ -52,11 +57,30 @@ func Summarize(reqs []Request) Stats {
 		}
 	}
 	s.Input, s.Output = distOf(in), distOf(out)
+	s.MinuteP90, s.MinuteMax = minuteRates(reqs, s.MeanRate)
 	s.UniqueBlocks = len(seen)
 	if s.BlockRefs > 0 {
 		s.HitRateUpperBound = float64(s.BlockRefs-s.UniqueBlocks) / float64(s.BlockRefs)
 	}
 	return s
+}
+
+// minuteRates is Stats.MinuteP90 and MinuteMax.
+func minuteRates(reqs []Request, mean float64) (p90, peak float64) {
+	span := reqs[len(reqs)-1].Arrival - reqs[0].Arrival
+	windows := int(span / time.Minute)
+	if windows < 2 || !(mean > 0) {
+		return 0, 0
+	}
+	counts := make([]float64, windows)
+	for _, r := range reqs {
+		if w := int((r.Arrival - reqs[0].Arrival) / time.Minute); w < windows {
+			counts[w]++
+		}
+	}
+	slices.Sort(counts)
+	perMinute := mean * 60
+	return Percentile(counts, 90) / perMinute, counts[windows-1] / perMinute
 }
 
 func distOf(v []float64) Dist {

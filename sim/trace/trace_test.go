@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -352,4 +353,28 @@ func benchTrace(b *testing.B, name string) []byte {
 		b.Fatal(err)
 	}
 	return data
+}
+
+// Arrivals at 1 req/s for five minutes and 3 req/s in a sixth: the busiest minute is 3 /
+// (mean 1.33) = 2.25x the mean, the 90th percentile of the six windows halfway between.
+func TestMinuteRates(t *testing.T) {
+	var reqs []Request
+	for s := range 5 * 60 {
+		reqs = append(reqs, Request{Arrival: time.Duration(s) * time.Second, InputTokens: 1, OutputTokens: 1})
+	}
+	for i := range 180 {
+		reqs = append(reqs, Request{Arrival: 5*time.Minute + time.Duration(i)*time.Second/3, InputTokens: 1, OutputTokens: 1})
+	}
+	reqs = append(reqs, Request{Arrival: 6 * time.Minute, InputTokens: 1, OutputTokens: 1}) // closes the sixth window
+	st := Summarize(reqs)
+	mean := float64(len(reqs)-1) / 360
+	if want := 180 / 60 / mean; math.Abs(st.MinuteMax-want) > 1e-9 {
+		t.Errorf("MinuteMax %v, want %v", st.MinuteMax, want)
+	}
+	if want := (60 + 0.5*(180-60)) / 60 / mean; math.Abs(st.MinuteP90-want) > 1e-9 {
+		t.Errorf("MinuteP90 %v, want %v (between the even minutes and the busy one)", st.MinuteP90, want)
+	}
+	if short := Summarize(reqs[:100]); short.MinuteMax != 0 || short.MinuteP90 != 0 {
+		t.Errorf("a trace under two minutes: %v %v, want 0", short.MinuteP90, short.MinuteMax)
+	}
 }
