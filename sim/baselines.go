@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -41,6 +42,11 @@ func (h *health) uniform(dst []float64) {
 			dst[e] = 1 / float64(n)
 		}
 	}
+}
+
+// byCost sorts order by cost[e], lowest first, keeping the order of equal costs.
+func byCost(order []int, cost []float64) {
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(cost[a], cost[b]) })
 }
 
 func (h *health) route(engines []int) Route {

@@ -114,15 +114,7 @@ func (p *dynamo) Route(_ time.Duration, r *Request) Route {
 	}
 	// Lowest cost first; among equal lowest costs one at random (router_temperature 0).
 	p.rng.Shuffle(len(p.order), func(i, j int) { p.order[i], p.order[j] = p.order[j], p.order[i] })
-	slices.SortStableFunc(p.order, func(a, b int) int {
-		switch {
-		case p.cost[a] < p.cost[b]:
-			return -1
-		case p.cost[a] > p.cost[b]:
-			return 1
-		}
-		return 0
-	})
+	byCost(p.order, p.cost)
 	return p.route(slices.Clone(p.order))
 }
 

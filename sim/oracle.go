@@ -26,6 +26,7 @@ type oracle struct {
 	decode  []int      // per engine: requests past their first token
 	reqs    map[int]oreq
 	order   []int
+	costs   []float64 // per engine, the last Route's
 }
 
 // oracleDecodeWeight prices the delay a prefill adds to each request decoding on the same
@@ -43,7 +44,8 @@ type oreq struct {
 
 func newOracle(f fleetShape, env poolEnv) *oracle {
 	p := &oracle{health: newHealth(f, env.cfg.Retries), rate: env.cfg.Engine.PrefillTokensPerSec,
-		pending: make([]float64, f.engines), decode: make([]int, f.engines), reqs: map[int]oreq{}}
+		pending: make([]float64, f.engines), decode: make([]int, f.engines), reqs: map[int]oreq{},
+		costs: make([]float64, f.engines)}
 	for range f.engines {
 		p.cached = append(p.cached, blockSet{})
 	}
@@ -70,19 +72,10 @@ func (p *oracle) Route(_ time.Duration, r *Request) Route {
 			p.order = append(p.order, e)
 		}
 	}
-	costs := make(map[int]float64, len(p.order))
 	for _, e := range p.order {
-		costs[e] = p.cost(e, r)
+		p.costs[e] = p.cost(e, r)
 	}
-	slices.SortStableFunc(p.order, func(a, b int) int {
-		switch {
-		case costs[a] < costs[b]:
-			return -1
-		case costs[a] > costs[b]:
-			return 1
-		}
-		return 0
-	})
+	byCost(p.order, p.costs)
 	return p.route(slices.Clone(p.order))
 }
 
