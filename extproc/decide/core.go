@@ -591,7 +591,9 @@ func (c *Core) InFlight() map[string]int64 {
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
 		c.loads.SetKVWritten(addr, int64(written), int64(l.KVTokens))
-		c.firstLook(addr, written > 0)
+		if c.clock.Now().Sub(c.started) < homeWarmup { // only the warm-up reads them
+			c.firstLook(addr, written > 0)
+		}
 	} else {
 		c.loads.SetKVWritten(addr, 0, 0)
 	}
