@@ -65,6 +65,24 @@ func WithSpeed(reqs []Request, speed float64) ([]Request, error) {
 	return out, nil
 }
 
+// WithArrivalsOf gives reqs, in their order, the arrival times of times (sorted), from 0:
+// request i arrives when times[i] did, relative to times[0]. Past the end of times its
+// arrivals repeat, each round after the last one's span plus its mean gap. It puts one
+// trace's requests (their sizes and prefixes) on another's arrival process, for example
+// a synthetic trace's Poisson arrivals replaced by a production trace's bursts.
+func WithArrivalsOf(reqs, times []Request) ([]Request, error) {
+	if len(times) < 2 || MeanRate(times) == 0 {
+		return nil, fmt.Errorf("take arrivals from %d requests: %w", len(times), ErrNoSpan)
+	}
+	span := times[len(times)-1].Arrival - times[0].Arrival
+	round := span + time.Duration(float64(span)/float64(len(times)-1))
+	out := clone(reqs)
+	for i := range out {
+		out[i].Arrival = time.Duration(i/len(times))*round + times[i%len(times)].Arrival - times[0].Arrival
+	}
+	return out, nil
+}
+
 // ErrNoSpan is returned (wrapped) when a trace's arrivals span no time, so
 // that its rate is undefined.
 var ErrNoSpan = errors.New("arrivals span no time")

@@ -178,3 +178,26 @@ func sameTokens(a, b []Request) bool {
 	}
 	return true
 }
+
+// Requests keep their order and sizes and take the other trace's arrivals from 0; past
+// its end the arrivals repeat one span and one mean gap later.
+func TestWithArrivalsOf(t *testing.T) {
+	reqs := []Request{{InputTokens: 1}, {InputTokens: 2}, {InputTokens: 3}, {InputTokens: 4}, {InputTokens: 5}}
+	times := []Request{{Arrival: 10 * time.Second}, {Arrival: 11 * time.Second}, {Arrival: 14 * time.Second}}
+	got, err := WithArrivalsOf(reqs, times)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{0, time.Second, 4 * time.Second, 6 * time.Second, 7 * time.Second} // span 4 s, mean gap 2 s
+	for i, r := range got {
+		if r.Arrival != want[i] || r.InputTokens != i+1 {
+			t.Errorf("request %d: arrival %v tokens %d, want %v and %d", i, r.Arrival, r.InputTokens, want[i], i+1)
+		}
+	}
+	if reqs[1].Arrival != 0 {
+		t.Error("the input was modified")
+	}
+	if _, err := WithArrivalsOf(reqs, times[:1]); !errors.Is(err, ErrNoSpan) {
+		t.Errorf("one arrival: %v, want ErrNoSpan", err)
+	}
+}

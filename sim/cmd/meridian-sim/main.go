@@ -32,6 +32,7 @@ type options struct {
 	retries    int
 	sample     float64
 	first      int
+	arrivals   string
 	kvTokens   int
 	quiet      bool
 	commandRec string
@@ -104,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.retries, "retries", 1, "retries a baseline proxy makes on another engine after a failure")
 	fs.Float64Var(&o.sample, "sample", 1, "keep each trace request with this probability (before rescaling to --load)")
 	fs.IntVar(&o.first, "first", 0, "use only the first N requests of the trace (0: all)")
+	fs.StringVar(&o.arrivals, "arrivals", "", "another trace (Mooncake JSONL or Azure CSV) whose arrival times the trace's requests take, in order, before --load rescales them: one trace's requests on another's bursts")
 	fs.IntVar(&o.kvTokens, "kv-tokens", 0, "KV cache per engine in tokens (0: the --gpu calibration's figure)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress on stderr")
 	fs.StringVar(&o.gpu, "gpu", "a100-40gb", "engine calibration: "+strings.Join(engine.GPUs, " or "))
@@ -231,6 +233,15 @@ func loadTrace(o options) ([]trace.Request, error) {
 	if o.sample < 1 {
 		if reqs, err = trace.Sample(reqs, o.sample, o.seed); err != nil {
 			return nil, err
+		}
+	}
+	if o.arrivals != "" {
+		times, err := trace.ReadFile(o.arrivals, trace.FormatAuto)
+		if err != nil {
+			return nil, fmt.Errorf("--arrivals: %w", err)
+		}
+		if reqs, err = trace.WithArrivalsOf(reqs, times); err != nil {
+			return nil, fmt.Errorf("--arrivals %s: %w", o.arrivals, err)
 		}
 	}
 	return reqs, nil
