@@ -214,7 +214,7 @@ func (o *Optimizer) Step(ctx context.Context, f *fleet.Fleet, in Inputs) (*Resul
 	if o.weights != nil && o.cfg.MaxShareStep < 1 {
 		o.limitSteps(f, in, next)
 	}
-	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange)
+	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange) || o.dropsUnsafe(f, in, next)
 	if changed {
 		o.weights = next
 		o.seq++
@@ -376,8 +376,28 @@ func eligible(f *fleet.Fleet, engine, model string) bool {
 	return ok && !e.Draining && e.Serves(model)
 }
 
+// dropsUnsafe reports whether next takes every share from an engine that has one in force
+// and is no longer eligible or is suspect: that change is published whatever its size,
+// because the sidecars would keep sending that share to an engine that should get none.
+func (o *Optimizer) dropsUnsafe(f *fleet.Fleet, in Inputs, next map[string]map[string]map[string]uint32) bool {
+	for node, models := range o.weights {
+		for model, pw := range models {
+			for e, v := range pw {
+				if v > 0 && next[node][model][e] == 0 && (!eligible(f, e, model) || in.Engines[e].Suspect) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // movedMoreThan reports whether any engine's share of any (node, model) differs by more
-// than threshold between a and b (or the key sets differ).
+// than threshold between a and b, or the engines listed differ. An engine whose share
+// turns from nothing to less than threshold, or from that to nothing, does not count:
+// the LP's spill to a far region comes and goes in such slivers as demand wobbles, and
+// each one republished every node's weights and moved keys (see dropsUnsafe for the
+// drops that must be published).
 func movedMoreThan(a, b map[string]map[string]map[string]uint32, threshold float64) bool {
 	if len(a) != len(b) {
 		return true
@@ -394,8 +414,9 @@ func movedMoreThan(a, b map[string]map[string]map[string]uint32, threshold float
 			}
 			as, bs := sum(aw), sum(bw)
 			for e := range union(aw, bw) {
-				sa, sb := share(aw[e], as), share(bw[e], bs)
-				if math.Abs(sa-sb) > threshold || (aw[e] == 0) != (bw[e] == 0) {
+				_, inA := aw[e]
+				_, inB := bw[e]
+				if inA != inB || math.Abs(share(aw[e], as)-share(bw[e], bs)) > threshold {
 					return true
 				}
 			}

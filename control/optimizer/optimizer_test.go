@@ -197,6 +197,52 @@ func TestSmallMovesAreNotPublished(t *testing.T) {
 	}
 }
 
+// A sliver of spill (1.2% on each far engine) that comes and goes with demand is not
+// published; the same sliver on an engine that turns suspect is taken away at once.
+func TestSliversComeAndGoUnpublished(t *testing.T) {
+	f := mustFleet(t, twoRegions)
+	cfg := DefaultConfig()
+	cfg.MaxShareStep = 1
+	o, _ := New(cfg)
+	ctx := context.Background()
+	if _, err := o.Step(ctx, f, demand(12, 12)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := o.Step(ctx, f, demand(13, 12)) // the LP sends 1.2% to each of b-0, b-1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed || res.Weights["region-a"]["m"]["b-0"] != 0 {
+		t.Fatalf("a sliver of spill was published: %v", res.Weights["region-a"]["m"])
+	}
+	o2, _ := New(cfg)
+	if _, err := o2.Step(ctx, f, demand(14, 12)); err != nil { // 3.3% each: published
+		t.Fatal(err)
+	}
+	res, err = o2.Step(ctx, f, demand(13, 12)) // back to 1.2%: 2.1 points less, published
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.Weights["region-a"]["m"]["b-0"]; !res.Changed || w == 0 {
+		t.Fatalf("the spill shrinking past the threshold was not published: %v", res.Weights["region-a"]["m"])
+	}
+	res, err = o2.Step(ctx, f, demand(12, 12)) // the sliver goes: not published
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changed {
+		t.Fatalf("a sliver's end was published: %v", res.Weights["region-a"]["m"])
+	}
+	in := demand(12, 12)
+	in.Engines = map[string]EngineInput{"b-0": {Suspect: true}}
+	if res, err = o2.Step(ctx, f, in); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Changed || res.Weights["region-a"]["m"]["b-0"] != 0 {
+		t.Fatalf("a suspect engine kept its sliver: changed %v, %v", res.Changed, res.Weights["region-a"]["m"])
+	}
+}
+
 func TestStaticNodesKeepTheirWeights(t *testing.T) {
 	f := mustFleet(t, twoRegions+"weights: {region-b: {b-0: 5, b-1: 5}}\n")
 	o, _ := New(DefaultConfig())
