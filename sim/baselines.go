@@ -44,6 +44,19 @@ func (h *health) uniform(dst []float64) {
 	}
 }
 
+// upByCost refills order with the up engines in index order, setting costs[e] = cost(e)
+// for each: the candidates a cost-ranking router sorts (byCost).
+func (h *health) upByCost(order []int, costs []float64, cost func(e int) float64) []int {
+	order = order[:0]
+	for e := range h.f.engines {
+		if h.up[e] {
+			costs[e] = cost(e)
+			order = append(order, e)
+		}
+	}
+	return order
+}
+
 // byCost sorts order by cost[e], lowest first, keeping the order of equal costs.
 func byCost(order []int, cost []float64) {
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(cost[a], cost[b]) })

@@ -105,13 +105,7 @@ func (p *dynamo) Cost(e int, r *Request) float64 {
 }
 
 func (p *dynamo) Route(_ time.Duration, r *Request) Route {
-	p.order = p.order[:0]
-	for e := range p.f.engines {
-		if p.up[e] {
-			p.cost[e] = p.Cost(e, r)
-			p.order = append(p.order, e)
-		}
-	}
+	p.order = p.upByCost(p.order, p.cost, func(e int) float64 { return p.Cost(e, r) })
 	// Lowest cost first; among equal lowest costs one at random (router_temperature 0).
 	p.rng.Shuffle(len(p.order), func(i, j int) { p.order[i], p.order[j] = p.order[j], p.order[i] })
 	byCost(p.order, p.cost)

@@ -66,15 +66,7 @@ func (p *oracle) cost(e int, r *Request) float64 {
 }
 
 func (p *oracle) Route(_ time.Duration, r *Request) Route {
-	p.order = p.order[:0]
-	for e := range p.f.engines {
-		if p.up[e] {
-			p.order = append(p.order, e)
-		}
-	}
-	for _, e := range p.order {
-		p.costs[e] = p.cost(e, r)
-	}
+	p.order = p.upByCost(p.order, p.costs, func(e int) float64 { return p.cost(e, r) })
 	byCost(p.order, p.costs)
 	return p.route(slices.Clone(p.order))
 }
