@@ -261,7 +261,7 @@ func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
 		}
 		p.Engines = append(p.Engines, se)
 	}
-	p.Params.MoveCost = max(p.Params.MoveCost, o.cacheMovePrice(f, in))
+	p.Params.FarMoveCost = max(p.Params.FarMoveCost, o.cacheMovePrice(f, in))
 	return p
 }
 
@@ -269,10 +269,11 @@ func (o *Optimizer) problem(f *fleet.Fleet, in Inputs) *solver.Problem {
 // costs it, in seconds: the prefill the engine must redo, which is the share of prompt
 // tokens the fleet's prefix caches serve (the engines' class hit rates, averaged over the
 // fleet) of a request's latency at no load (the default curve's base, --default-latency).
-// The plan's movement price μ is at least this: a move of δ req/s then pays 2μδ, and a
-// flow leaves its engines only for a latency gain that outweighs the cache it leaves
-// behind, not for every wobble of demand between regions. With no prefix caching (or
-// before any prompt was asked of the caches) it is 0 and the configured MoveCost rules.
+// The plan prices leaving a node's nearest engines for farther ones at least this much
+// on top of MoveCost (solver.Params.FarMoveCost): a flow leaves home only for a latency
+// gain that outweighs the cache it leaves behind, not for every wobble of demand between
+// regions, and comes back at MoveCost once the reason to leave is gone. With no prefix
+// caching (or before any prompt was asked of the caches) it is 0.
 func (o *Optimizer) cacheMovePrice(f *fleet.Fleet, in Inputs) float64 {
 	if len(f.Engines) == 0 {
 		return 0

@@ -155,13 +155,14 @@ func (g *group) rowDot(dual []float64) float64 {
 	return d
 }
 
-// routeSegs is a route's cost as a function of its flow x: RTT·x + μ|x − prev|.
+// routeSegs is a route's cost as a function of its flow x: RTT·x + μ|x − prev|, with
+// FarMoveCost added to μ above prev on a far route.
 func (cs *compSolver) routeSegs(rt *route, out []segment) []segment {
 	out = out[:0]
 	if rt.prev > 0 {
 		out = append(out, segment{rt.prev, rt.rtt - cs.mu})
 	}
-	return append(out, segment{math.Inf(1), rt.rtt + cs.mu})
+	return append(out, segment{math.Inf(1), rt.rtt + cs.up(rt.r, rt.rtt)})
 }
 
 // engineModes gives each engine a load row if two or more routes reach it.

@@ -37,7 +37,7 @@ import (
 // pieces beyond the ones next to the reference join only when priced in.
 //
 // After each LP every left-out column is priced with the row duals u and v:
-// a route (x0 = prev = 0, one up column) costs RTT + μ − u[c,m] − v[e], with
+// a route (x0 = prev = 0, one up column) costs RTT + μ(+far) − u[c,m] − v[e], with
 // v[e] from engineDuals when the engine has no row. Negative reduced costs
 // join the next round; when none is left, the LP optimum is the full
 // problem's. After maxRounds one LP with every route settles it.
@@ -54,7 +54,7 @@ type compSolver struct {
 	engRow   []int     // LP row of each local engine, −1 without active routes
 	load0    []float64 // reference load per local engine
 	shed0    []float64 // reference shed per row
-	mu       float64
+	mu, far  float64   // movement prices (Params.MoveCost, FarMoveCost), 0 without Prev
 	shedCost float64
 	b        lp
 	cols     []colRef // what each LP column moves, for extract
@@ -74,7 +74,8 @@ type compSolver struct {
 type demandRow struct {
 	c, m   int
 	demand float64
-	cands  []cand // allowed routes, cheapest first when idle
+	cands  []cand  // allowed routes, cheapest first when idle
+	near   float64 // the least RTT of its cands: routes within farTolerance of it are near
 }
 
 type cand struct {
@@ -113,7 +114,7 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 		cs.local[e] = le
 	}
 	if ix.hasPrev {
-		cs.mu = p.Params.MoveCost
+		cs.mu, cs.far = p.Params.MoveCost, p.Params.FarMoveCost
 	}
 	maxRTT := 0.0
 	for _, m := range comp.models {
@@ -121,7 +122,7 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 			if p.Demand[c][m] <= 0 {
 				continue
 			}
-			row := demandRow{c: c, m: m, demand: p.Demand[c][m]}
+			row := demandRow{c: c, m: m, demand: p.Demand[c][m], near: nearestRTT(p, ix, c, m)}
 			for _, e := range ix.modelEngines[m] {
 				if rtt := p.RTT[c][e]; !math.IsInf(rtt, 1) {
 					le := cs.local[e]
@@ -152,6 +153,31 @@ func newCompSolver(p *Problem, ix *index, comp component, o options) *compSolver
 
 func (cs *compSolver) firstSlope(le int) float64 { return cs.ix.segs[cs.engines[le]][0].slope }
 
+// up is the movement price of adding flow to row r's route at the given RTT: MoveCost, plus
+// FarMoveCost when the route is far (see Params.FarMoveCost).
+func (cs *compSolver) up(r int, rtt float64) float64 {
+	return upPrice(cs.mu, cs.far, rtt, cs.rows[r].near)
+}
+
+// upPrice is the movement price of adding flow to a route of rtt for a cluster whose
+// nearest engine for the model is near.
+func upPrice(mu, far, rtt, near float64) float64 {
+	if rtt > near+farTolerance {
+		return mu + far
+	}
+	return mu
+}
+
+// nearestRTT is the least RTT from cluster c to an engine that may serve model m (+Inf
+// when none may).
+func nearestRTT(p *Problem, ix *index, c, m int) float64 {
+	near := math.Inf(1)
+	for _, e := range ix.modelEngines[m] {
+		near = math.Min(near, p.RTT[c][e])
+	}
+	return near
+}
+
 // shedBound returns a shed price above the cost change of any augmenting
 // path that reaches spare capacity: each of at most len(engines) hops moves
 // flow by at most maxRTT + 2μ, and the last engine's slope is at most its
@@ -163,7 +189,7 @@ func (cs *compSolver) shedBound(maxRTT float64) float64 {
 		segs := cs.ix.segs[e]
 		topSlope = math.Max(topSlope, segs[len(segs)-1].slope)
 	}
-	bound := 2 * (topSlope + float64(len(cs.engines))*(maxRTT+2*cs.mu) + 1)
+	bound := 2 * (topSlope + float64(len(cs.engines))*(maxRTT+2*cs.mu+cs.far) + 1)
 	return math.Max(cs.p.Params.ShedCost, bound)
 }
 
@@ -289,7 +315,7 @@ func (cs *compSolver) price(dual, v []float64) int {
 			if cs.routeAt[r*len(cs.engines)+cd.le] >= 0 {
 				continue
 			}
-			if d := cd.rtt + cs.mu - dual[r] - v[cd.le]; d < -priceTol {
+			if d := cd.rtt + cs.up(r, cd.rtt) - dual[r] - v[cd.le]; d < -priceTol {
 				neg = append(neg, priced{cd.le, d})
 			}
 		}
@@ -316,7 +342,7 @@ func (cs *compSolver) idleRoutes(dual, v []float64) []int {
 		if rt.prev > 0 || rt.sticky || cs.x[i] > 1e-9*cs.rows[rt.r].demand {
 			continue
 		}
-		if rt.rtt+cs.mu-dual[rt.r]-v[rt.le] > -priceTol {
+		if rt.rtt+cs.up(rt.r, rt.rtt)-dual[rt.r]-v[rt.le] > -priceTol {
 			idle = append(idle, i)
 		}
 	}
@@ -384,7 +410,7 @@ func (cs *compSolver) engineDuals(dual []float64) []float64 {
 			lo = -up
 		}
 		if x > 1e-9*cs.rows[rt.r].demand {
-			down := rt.rtt + cs.mu
+			down := rt.rtt + cs.up(rt.r, rt.rtt)
 			if x <= rt.prev*(1+1e-9) {
 				down = rt.rtt - cs.mu
 			}

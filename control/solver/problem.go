@@ -41,7 +41,19 @@ type Params struct {
 	// Moving δ req/s from one engine to another costs 2μδ. Ignored when
 	// Problem.Prev is nil.
 	MoveCost float64 `json:"move_cost_seconds"`
+	// FarMoveCost is added to MoveCost for moving flow onto an engine farther
+	// from the cluster than its nearest engines for the model (RTT more than
+	// farTolerance above the nearest's): the price of leaving home, not of
+	// coming back. A flow that left for a far engine under load then returns
+	// as soon as the latency it gains back pays MoveCost, where a symmetric
+	// price would hold it away for good (the LP is myopic: it weighs a one-off
+	// price against one period's gain). Ignored when Problem.Prev is nil.
+	FarMoveCost float64 `json:"far_move_cost_seconds"`
 }
+
+// farTolerance is how much more RTT than a cluster's nearest engine for a model an engine
+// may have and still count as near (FarMoveCost): a region's engines, not a hop away.
+const farTolerance = 0.002
 
 // DefaultParams returns the parameters the control server starts from.
 //
@@ -67,6 +79,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("params.shed_cost_seconds %v must be finite and > 0", p.ShedCost)
 	case !finiteNonNeg(p.MoveCost):
 		return fmt.Errorf("params.move_cost_seconds %v must be finite and ≥ 0", p.MoveCost)
+	case !finiteNonNeg(p.FarMoveCost):
+		return fmt.Errorf("params.far_move_cost_seconds %v must be finite and ≥ 0", p.FarMoveCost)
 	}
 	return nil
 }

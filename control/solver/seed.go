@@ -131,7 +131,7 @@ func (cs *compSolver) greedyPick(g *greedyState, r int) int {
 func (cs *compSolver) greedyCost(g *greedyState, r, le int, rtt float64) float64 {
 	cost := rtt + g.slope[le]
 	if cs.routeAt[r*len(cs.engines)+le] < 0 {
-		cost += cs.mu // a new route pays the movement price
+		cost += cs.up(r, rtt) // a new route pays the movement price
 	}
 	return cost
 }

@@ -340,7 +340,7 @@ func (s *Solution) setObjective(p *Problem, ix *index, shedCost float64) {
 				routed += x
 			}
 			if ix.hasPrev {
-				obj += p.Params.MoveCost * movement(s.Flow[c][m], ix.prev[c][m])
+				obj += movementCost(p, s.Flow[c][m], ix.prev[c][m], p.RTT[c], nearestRTT(p, ix, c, m))
 			}
 		}
 	}
@@ -353,14 +353,25 @@ func (s *Solution) setObjective(p *Problem, ix *index, shedCost float64) {
 	}
 }
 
-// movement is Σ_e |x_e − prev_e| for one (cluster, model).
-func movement(x []float64, prev []flow) float64 {
+// movementCost is the movement term for one (cluster, model): each engine's flow above
+// its previous one priced at its up price (MoveCost, plus FarMoveCost if far), below it
+// at MoveCost. rtt is the cluster's row of RTTs and near its least to the model's engines.
+func movementCost(p *Problem, x []float64, prev []flow, rtt []float64, near float64) float64 {
+	was := make(map[int]float64, len(prev))
+	for _, pf := range prev {
+		was[pf.e] = pf.x
+	}
+	mu, far := p.Params.MoveCost, p.Params.FarMoveCost
 	total := 0.0
-	for _, f := range x {
-		total += f
+	for e, f := range x {
+		if d := f - was[e]; d > 0 {
+			total += d * upPrice(mu, far, rtt[e], near)
+		}
 	}
 	for _, pf := range prev {
-		total += math.Abs(x[pf.e]-pf.x) - x[pf.e]
+		if d := pf.x - x[pf.e]; d > 0 {
+			total += d * mu
+		}
 	}
 	return total
 }

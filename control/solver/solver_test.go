@@ -282,11 +282,15 @@ func TestColumnGenerationMatchesFullLP(t *testing.T) {
 		{clusters: 16, engines: 128, models: 1, regions: 8, utilization: 0.6, seed: 4},
 	} {
 		p := f.problem()
-		for _, withPrev := range []bool{false, true} {
+		for _, prevCase := range []string{"none", "prev", "prev+far"} {
+			withPrev := prevCase != "none"
 			q := p
 			if withPrev {
 				q = perturbed(p, 0.3, f.seed)
 				q.Prev = mustSolve(t, p)
+			}
+			if prevCase == "prev+far" {
+				q.Params.FarMoveCost = 0.05
 			}
 			full, err := solve(context.Background(), q, options{method: dualSimplex, bigMethod: dualSimplex})
 			if err != nil {
@@ -302,7 +306,7 @@ func TestColumnGenerationMatchesFullLP(t *testing.T) {
 					t.Fatal(err)
 				}
 				if d := math.Abs(fast.Objective - full.Objective); d > 1e-6*math.Abs(full.Objective) {
-					t.Errorf("%+v prev=%v %s: objective %.9g, full LP %.9g", f, withPrev, name, fast.Objective, full.Objective)
+					t.Errorf("%+v %s %s: objective %.9g, full LP %.9g", f, prevCase, name, fast.Objective, full.Objective)
 				}
 			}
 		}

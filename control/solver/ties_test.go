@@ -64,3 +64,33 @@ func TestEnginesThatDifferAreNotAveraged(t *testing.T) {
 		t.Fatalf("flows from a %v: want a-1 (half the capacity) below the other three, which are equal", a[:4])
 	}
 }
+
+// A price on moves the LP weighs once against one period's gain holds a flow where it is:
+// with a symmetric 0.3 s price, the east flow that spilled west in a surge stays west at
+// its share (10.6 of 85 req/s, then 3.7 of 30) after the surge. Priced only for leaving
+// for a far engine (FarMoveCost), the flow spills less and comes home when the surge ends.
+func TestAFarMoveIsPricedToLeaveNotToComeBack(t *testing.T) {
+	west := func(mu, far float64) []float64 {
+		t.Helper()
+		var prev *Solution
+		var out []float64
+		for _, d := range []float64{30, 85, 30} {
+			p := twoRegions(d, 20, Curve{Base: 0.1, Queue: 0.05}, 100)
+			p.Params.MoveCost, p.Params.FarMoveCost = mu, far
+			p.Prev = prev
+			prev = mustSolve(t, p)
+			out = append(out, prev.Flow[0][0][1])
+		}
+		return out
+	}
+	free, sym, far := west(0.005, 0), west(0.3, 0), west(0.005, 0.3)
+	if !(sym[2] > 1) {
+		t.Errorf("symmetric price: east's flow west after the surge %.2f req/s; the test expects the myopic LP to hold some there", sym[2])
+	}
+	if far[2] > 1e-9 {
+		t.Errorf("far-move price: %.2f req/s of east's flow stays west after the surge, want none", far[2])
+	}
+	if !(far[1] > 0 && far[1] < free[1]) {
+		t.Errorf("in the surge east spills %.2f req/s west with the far-move price, %.2f without: want some, and less", far[1], free[1])
+	}
+}
