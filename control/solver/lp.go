@@ -125,6 +125,16 @@ func (b *lp) solve(m method, maxSeconds float64) (lpResult, error) {
 	return lpResult{x: s.PrimalColumnSolution(), dual: s.DualRowSolution()}, nil
 }
 
+// gain is how much a solution lowers the cost below the reference point,
+// where every column is zero: −Σ obj·x.
+func (b *lp) gain(res lpResult) float64 {
+	g := 0.0
+	for j, x := range res.x {
+		g -= b.obj[j] * x
+	}
+	return g
+}
+
 func resize(s []float64, n int) []float64 {
 	if cap(s) < n {
 		return make([]float64, n)

@@ -49,6 +49,9 @@ type Stats struct {
 	// Rounds counts LP solves, summed over components (column generation adds
 	// rounds until no left-out (cluster, engine) pair could lower the cost).
 	Rounds int `json:"rounds"`
+	// Stalled counts the components whose search ended because rounds
+	// stopped paying (options.stallRounds), not because no column was left.
+	Stalled int `json:"stalled,omitempty"`
 	// Pairs is the number of (cluster, model, engine) routes in the last LP
 	// of each component, summed; Candidates is how many routes were allowed.
 	Pairs      int `json:"pairs"`

@@ -32,6 +32,11 @@ type options struct {
 	maxDrops  uint8   // a route dropped this often stays for good (no cycling)
 	lazyLoad  bool    // engine load pieces join only when priced in
 	maxRounds int     // then one LP with every allowed route settles it
+	// stallRounds rounds in a row that each lower the cost by less than
+	// stallTol seconds per request/s of the component's demand end the
+	// search (with rebase only, where each round's LP measures its own gain).
+	stallRounds int
+	stallTol    float64
 }
 
 func defaultOptions() options {
@@ -39,6 +44,7 @@ func defaultOptions() options {
 		method: dualSimplex, bigMethod: barrierCrossover, bigRows: 512, laterMethod: primalSimplex,
 		colgen: true, initialK: 2, seedSlack: 0.01, slices: 8, addPerRow: 16,
 		rebase: true, maxDrops: 1, lazyLoad: true, maxRounds: 40,
+		stallRounds: 2, stallTol: 1e-7,
 	}
 }
 
@@ -101,6 +107,7 @@ func solveComponents(ctx context.Context, p *Problem, ix *index, o options, sol 
 		st := cs.stats
 		sol.Stats.Components += st.Components
 		sol.Stats.Rounds += st.Rounds
+		sol.Stats.Stalled += st.Stalled
 		sol.Stats.Rows = max(sol.Stats.Rows, st.Rows)
 		sol.Stats.Columns = max(sol.Stats.Columns, st.Columns)
 		sol.Stats.Pairs += st.Pairs

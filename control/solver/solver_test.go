@@ -498,3 +498,34 @@ func TestSolutionJSON(t *testing.T) {
 		t.Errorf("a full engine's marginal cost %v, want the shed price %v", sol.Marginal[0], sol.Stats.ShedCost)
 	}
 }
+
+// TestStallEndsTheSearch: on a next-period problem whose column generation
+// tails off into rounds that each gain almost nothing, the stall rule stops
+// early, and the plan costs what the search run to the end costs (1e-6).
+func TestStallEndsTheSearch(t *testing.T) {
+	fl := benchFleet(64, 1024)
+	p := fl.problem()
+	p.Params.Segments = 8
+	exact := defaultOptions()
+	exact.stallRounds = 0
+	prev, err := solve(context.Background(), perturbed(p, 0.2, 1), exact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := perturbed(p, 0.2, 2)
+	q.Prev = prev
+	fast, err := solve(context.Background(), q, defaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := solve(context.Background(), q, exact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fast.Stats.Stalled == 0 || fast.Stats.Rounds >= full.Stats.Rounds {
+		t.Fatalf("stall rule did not end the search early: %d stalled, %d rounds against %d", fast.Stats.Stalled, fast.Stats.Rounds, full.Stats.Rounds)
+	}
+	if d := math.Abs(fast.Objective - full.Objective); d > 1e-6*math.Abs(full.Objective) {
+		t.Fatalf("stalled objective %.9g, searched to the end %.9g", fast.Objective, full.Objective)
+	}
+}
