@@ -1,6 +1,9 @@
 package solver
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 var strategies = []struct {
 	name string
@@ -9,6 +12,7 @@ var strategies = []struct {
 	{"default", defaultOptions()},
 	{"first-dual", func() options { o := defaultOptions(); o.bigMethod = dualSimplex; return o }()},
 	{"later-dual", func() options { o := defaultOptions(); o.laterMethod = dualSimplex; return o }()},
+	{"no-stall", func() options { o := defaultOptions(); o.stallRounds = 0; return o }()},
 	{"add8", func() options { o := defaultOptions(); o.addPerRow = 8; return o }()},
 	{"sparse-seed", func() options { o := defaultOptions(); o.initialK, o.seedSlack = 0, -1; return o }()},
 	{"eager-load", func() options { o := defaultOptions(); o.lazyLoad = false; return o }()},
@@ -27,4 +31,26 @@ func BenchmarkStrategies(b *testing.B) {
 			b.Run(bc.name+"/"+st.name, func(b *testing.B) { benchSolve(b, bc.p, st.o) })
 		}
 	}
+}
+
+// BenchmarkStallRule compares the stall rule on and off at 128 × 4096 × 4 on
+// the next period's problem as BenchmarkSolve posed it before the rule
+// existed: Prev solved with the search run to the end (docs/performance-solver.md).
+//
+//	go test -run '^$' -bench BenchmarkStallRule -count 5 ./control/solver/
+func BenchmarkStallRule(b *testing.B) {
+	fl := benchFleet(128, 4096)
+	fl.models = 4
+	p := fl.problem()
+	p.Params.Segments = 8
+	noStall := defaultOptions()
+	noStall.stallRounds = 0
+	prev, err := solve(context.Background(), perturbed(p, 0.2, 1), noStall)
+	if err != nil {
+		b.Fatal(err)
+	}
+	moved := perturbed(p, 0.2, 2)
+	moved.Prev = prev
+	b.Run("stall", func(b *testing.B) { benchSolve(b, moved, defaultOptions()) })
+	b.Run("no-stall", func(b *testing.B) { benchSolve(b, moved, noStall) })
 }
