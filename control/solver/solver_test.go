@@ -503,17 +503,7 @@ func TestSolutionJSON(t *testing.T) {
 // tails off into rounds that each gain almost nothing, the stall rule stops
 // early, and the plan costs what the search run to the end costs (1e-6).
 func TestStallEndsTheSearch(t *testing.T) {
-	fl := benchFleet(64, 1024)
-	p := fl.problem()
-	p.Params.Segments = 8
-	exact := defaultOptions()
-	exact.stallRounds = 0
-	prev, err := solve(context.Background(), perturbed(p, 0.2, 1), exact)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := perturbed(p, 0.2, 2)
-	q.Prev = prev
+	q, exact := noStallProblem(t, 64, 1024, 1)
 	fast, err := solve(context.Background(), q, defaultOptions())
 	if err != nil {
 		t.Fatal(err)

@@ -39,18 +39,25 @@ func BenchmarkStrategies(b *testing.B) {
 //
 //	go test -run '^$' -bench BenchmarkStallRule -count 5 ./control/solver/
 func BenchmarkStallRule(b *testing.B) {
-	fl := benchFleet(128, 4096)
-	fl.models = 4
+	moved, noStall := noStallProblem(b, 128, 4096, 4)
+	b.Run("stall", func(b *testing.B) { benchSolve(b, moved, defaultOptions()) })
+	b.Run("no-stall", func(b *testing.B) { benchSolve(b, moved, noStall) })
+}
+
+// noStallProblem is benchFleet's next-period problem with Prev solved by the
+// search run to the end (the stall rule off), and the options that turn it off.
+func noStallProblem(tb testing.TB, clusters, engines, models int) (*Problem, options) {
+	fl := benchFleet(clusters, engines)
+	fl.models = models
 	p := fl.problem()
 	p.Params.Segments = 8
 	noStall := defaultOptions()
 	noStall.stallRounds = 0
 	prev, err := solve(context.Background(), perturbed(p, 0.2, 1), noStall)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	moved := perturbed(p, 0.2, 2)
 	moved.Prev = prev
-	b.Run("stall", func(b *testing.B) { benchSolve(b, moved, defaultOptions()) })
-	b.Run("no-stall", func(b *testing.B) { benchSolve(b, moved, noStall) })
+	return moved, noStall
 }
