@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -214,9 +215,12 @@ func (o *Optimizer) Step(ctx context.Context, f *fleet.Fleet, in Inputs) (*Resul
 	if o.weights != nil && o.cfg.MaxShareStep < 1 {
 		o.limitSteps(f, in, next)
 	}
-	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange) || o.dropsUnsafe(f, in, next)
+	changed := o.weights == nil || movedMoreThan(o.weights, next, o.cfg.MinShareChange)
 	if changed {
 		o.weights = next
+		o.seq++
+	} else if trimmed := withoutEnded(o.weights, next); trimmed != nil {
+		o.weights, changed = trimmed, true
 		o.seq++
 	}
 	return &Result{Solution: sol, Weights: o.weights, Changed: changed, Policies: o.policies(f, sol, in)}, nil
@@ -377,28 +381,46 @@ func eligible(f *fleet.Fleet, engine, model string) bool {
 	return ok && !e.Draining && e.Serves(model)
 }
 
-// dropsUnsafe reports whether next takes every share from an engine that has one in force
-// and is no longer eligible or is suspect: that change is published whatever its size,
-// because the sidecars would keep sending that share to an engine that should get none.
-func (o *Optimizer) dropsUnsafe(f *fleet.Fleet, in Inputs, next map[string]map[string]map[string]uint32) bool {
-	for node, models := range o.weights {
-		for model, pw := range models {
-			for e, v := range pw {
-				if v > 0 && next[node][model][e] == 0 && (!eligible(f, e, model) || in.Engines[e].Suspect) {
-					return true
+// withoutEnded returns the weights in force with every share that next ends taken away
+// (and nothing else changed), or nil when next ends none. Below MinShareChange, a share's
+// end is not worth adopting the rest of next for (its other moves are as small), but the
+// sliver must not stay for good: a spill left behind once demand went home, or a share on
+// an engine that turned ineligible or suspect, which must get nothing.
+func withoutEnded(cur, next map[string]map[string]map[string]uint32) map[string]map[string]map[string]uint32 {
+	var out map[string]map[string]map[string]uint32
+	copied := map[string]bool{} // nodes of out that are copies (cur is in force, read by others)
+	for node, models := range cur {
+		for model, cw := range models {
+			var trimmed map[string]uint32
+			for e, v := range cw {
+				if v > 0 && next[node][model][e] == 0 {
+					if trimmed == nil {
+						trimmed = maps.Clone(cw)
+					}
+					trimmed[e] = 0
 				}
 			}
+			if trimmed == nil || sum(trimmed) == 0 {
+				continue
+			}
+			if out == nil {
+				out = maps.Clone(cur)
+			}
+			if !copied[node] {
+				out[node], copied[node] = maps.Clone(cur[node]), true
+			}
+			out[node][model] = trimmed
 		}
 	}
-	return false
+	return out
 }
 
 // movedMoreThan reports whether any engine's share of any (node, model) differs by more
 // than threshold between a and b, or the engines listed differ. An engine whose share
 // turns from nothing to less than threshold, or from that to nothing, does not count:
 // the LP's spill to a far region comes and goes in such slivers as demand wobbles, and
-// each one republished every node's weights and moved keys (see dropsUnsafe for the
-// drops that must be published).
+// each one republished every node's weights and moved keys (withoutEnded takes a sliver
+// away alone).
 func movedMoreThan(a, b map[string]map[string]map[string]uint32, threshold float64) bool {
 	if len(a) != len(b) {
 		return true

@@ -2,6 +2,7 @@ package optimizer
 
 import (
 	"context"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -197,9 +198,11 @@ func TestSmallMovesAreNotPublished(t *testing.T) {
 	}
 }
 
-// A sliver of spill (1.2% on each far engine) that comes and goes with demand is not
-// published; the same sliver on an engine that turns suspect is taken away at once.
-func TestSliversComeAndGoUnpublished(t *testing.T) {
+// A sliver of spill (1.2% on each far engine) that comes with demand is not published.
+// One in force is taken away alone when it ends, with nothing else of the new plan: at
+// once on an engine that turns suspect, and when demand goes home (the spill must not
+// stay for good).
+func TestSliversComeUnpublishedAndEndAlone(t *testing.T) {
 	f := mustFleet(t, twoRegions)
 	cfg := DefaultConfig()
 	cfg.MaxShareStep = 1
@@ -215,27 +218,40 @@ func TestSliversComeAndGoUnpublished(t *testing.T) {
 	if res.Changed || res.Weights["region-a"]["m"]["b-0"] != 0 {
 		t.Fatalf("a sliver of spill was published: %v", res.Weights["region-a"]["m"])
 	}
-	o2, _ := New(cfg)
-	if _, err := o2.Step(ctx, f, demand(14, 12)); err != nil { // 3.3% each: published
+	// withSliver returns an optimizer with 1.2% on each far engine in force.
+	withSliver := func() (*Optimizer, map[string]uint32) {
+		o, _ := New(cfg)
+		if _, err := o.Step(ctx, f, demand(14, 12)); err != nil { // 3.3% each: published
+			t.Fatal(err)
+		}
+		res, err := o.Step(ctx, f, demand(13, 12)) // back to 1.2%: 2.1 points less, published
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := maps.Clone(res.Weights["region-a"]["m"])
+		if !res.Changed || w["b-0"] == 0 || w["b-1"] == 0 {
+			t.Fatalf("the spill shrinking past the threshold was not published: %v", w)
+		}
+		return o, w
+	}
+	o2, before := withSliver()
+	if res, err = o2.Step(ctx, f, demand(12, 12)); err != nil { // demand goes home
 		t.Fatal(err)
 	}
-	res, err = o2.Step(ctx, f, demand(13, 12)) // back to 1.2%: 2.1 points less, published
-	if err != nil {
-		t.Fatal(err)
+	home := res.Weights["region-a"]["m"]
+	if !res.Changed || home["b-0"] != 0 || home["b-1"] != 0 || home["a-0"] != before["a-0"] || home["a-1"] != before["a-1"] {
+		t.Fatalf("the spill's end was not published alone: changed %v, %v, before %v", res.Changed, home, before)
 	}
-	if w := res.Weights["region-a"]["m"]["b-0"]; !res.Changed || w == 0 {
-		t.Fatalf("the spill shrinking past the threshold was not published: %v", res.Weights["region-a"]["m"])
-	}
-	res, err = o2.Step(ctx, f, demand(12, 12)) // the sliver goes: not published
-	if err != nil {
+	if res, err = o2.Step(ctx, f, demand(12, 12)); err != nil {
 		t.Fatal(err)
 	}
 	if res.Changed {
-		t.Fatalf("a sliver's end was published: %v", res.Weights["region-a"]["m"])
+		t.Fatalf("nothing ended, yet weights were published: %v", res.Weights["region-a"]["m"])
 	}
-	in := demand(12, 12)
+	o3, _ := withSliver()
+	in := demand(13, 12)
 	in.Engines = map[string]EngineInput{"b-0": {Suspect: true}}
-	if res, err = o2.Step(ctx, f, in); err != nil {
+	if res, err = o3.Step(ctx, f, in); err != nil {
 		t.Fatal(err)
 	}
 	if !res.Changed || res.Weights["region-a"]["m"]["b-0"] != 0 {
