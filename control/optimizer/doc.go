@@ -7,7 +7,10 @@
 // published when some (node, model) share moved by more than Config.MinShareChange, because
 // every published change rebuilds Envoy's hash tables and moves keys, which costs KV-cache
 // locality. Between publications the previous weights stay, and the previous solution is the
-// next solve's reference point. And no published share moves by more than
+// next solve's reference point. A share the new split ends is the exception: it is taken
+// away at once whatever its size, alone (the weights in force minus that share), so that a
+// sliver of spill does not stay once demand has gone home, nor a share on an engine that
+// turned suspect or ineligible. And no published share moves by more than
 // Config.MaxShareStep in one period while the engines that had a share stay eligible and
 // not suspect: a larger move of the LP's solution is published in steps toward it, so a
 // vertex jump between near-equal engines becomes a gradual shift that caches and bounded
