@@ -160,17 +160,25 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
-func TestAzureTraceHasNoPrefixHits(t *testing.T) {
-	csv := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-	for i := range 200 {
-		csv += fmt.Sprintf("2023-11-16 18:%02d:%02d.0000000,%d,%d\n", i/60, i%60, 300+i*7%900, 20+i%50)
+// azureTrace is n requests in the Azure trace's format, one a second: no prefix is
+// shared, so nothing is cached and cold capacity is the capacity.
+func azureTrace(t *testing.T, n int) []trace.Request {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+	for i := range n {
+		fmt.Fprintf(&b, "2023-11-16 %02d:%02d:%02d.0000000,%d,%d\n", 18+i/3600, i/60%60, i%60, 300+i*7%900, 20+i%50)
 	}
-	reqs, err := trace.Read(strings.NewReader(csv), "azure.csv", trace.FormatAuto)
+	reqs, err := trace.Read(strings.NewReader(b.String()), "azure.csv", trace.FormatAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return reqs
+}
+
+func TestAzureTraceHasNoPrefixHits(t *testing.T) {
 	cfg := testSimConfig(t, conversationTrace(1, 1), Steady)
-	cfg.Trace = reqs
+	cfg.Trace = azureTrace(t, 200)
 	res, w, err := Run(context.Background(), cfg, nil, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -211,11 +219,14 @@ func TestLogHistQuantile(t *testing.T) {
 
 // Sheds are counted by the sidecar's verdict. Under overload meridian's come from the
 // control server's shed fraction, and they still do when the control server waits for the
-// engines to queue before it sends one (--shed-backlog): overload makes them queue.
+// engines to queue before it sends one (--shed-backlog): overload makes them queue. The
+// trace shares no prefix, so 1.5x cold capacity is an overload (with a prefix cache's
+// savings credited, a conversation trace's is not).
 func TestOverloadShedsAreCountedByReason(t *testing.T) {
-	tr := conversationTrace(450, 3)
+	reqs := azureTrace(t, 450)
 	for _, backlog := range []time.Duration{0, 500 * time.Millisecond} {
-		cfg := testSimConfig(t, tr, Overload)
+		cfg := testSimConfig(t, conversationTrace(1, 1), Overload)
+		cfg.Trace = reqs
 		cfg.Policies = []string{"meridian-defaults"}
 		cfg.ShedBacklog = backlog
 		res, _, err := Run(context.Background(), cfg, nil, 0)

@@ -103,6 +103,9 @@ type Aggregator struct {
 	// following[node][model] is until when the node's demand follows its fast estimate,
 	// after a shift (demandEstimate).
 	following map[string]map[string]time.Time
+	// leaving[node][model] is since when the node's fast demand has been out of its slow
+	// demand's noise, while that is not yet a shift (shiftConfirm).
+	leaving map[string]map[string]time.Time
 }
 
 // DefaultDemandEvidence is the shipped Config.DemandEvidence.
@@ -110,9 +113,10 @@ const DefaultDemandEvidence = 50
 
 // demandEstimate is one sidecar's demand for one model, smoothed twice: fast with
 // HalfLife, slow with the half-life DemandEvidence gives. The node's demand is the slow
-// sum, until the fast sum leaves it by more than shiftSigmas standard deviations of the
-// fast one's noise: then the demand has moved (a step, not noise), and for shiftFollow
-// half-lives the node's demand is the fast sum, every slow estimate kept at its fast one.
+// sum, until the fast sum stays out of it by more than shiftSigmas standard deviations of
+// the fast one's noise for shiftConfirm half-lives: then the demand has moved (a step, not
+// noise), and for shiftFollow half-lives the node's demand is the fast sum, every slow
+// estimate kept at its fast one.
 type demandEstimate struct{ fast, slow ewma }
 
 // shiftFollow is how many HalfLife spans the demand follows the fast estimate after a
@@ -124,6 +128,14 @@ const shiftFollow = 3
 // once per 80 independent looks, and a doubling of 2 req/s shows after about 4 s (when the
 // 3 s estimate has moved 1.2 req/s, 2.5 of its 0.48 standard deviations).
 const shiftSigmas = 2.5
+
+// shiftConfirm is how many HalfLife spans the fast demand must stay out of the slow one's
+// noise before that counts as a shift: a third, one control period at the shipped 1 s
+// period and 3 s half-life, so two snapshots in a row. At a few requests per second a
+// burst lifted the fast estimate past shiftSigmas about once a minute per node, for one
+// snapshot, and each time the plan spilled for shiftFollow half-lives and came back: most
+// of the plan's churn at such rates (docs/results/README.md). A step stays out.
+const shiftConfirm = 1.0 / 3
 
 // demandHalfLife is the half-life of node's demand for model: HalfLife, lengthened where
 // the node's last demand is too low for DemandEvidence requests per half-life. a.mu is

@@ -418,3 +418,37 @@ func TestDemandFollowsAShiftAtLowRates(t *testing.T) {
 		t.Errorf("demand went from 1 to 4 req/s; the estimate is %.2f after 5 s and %.2f after 15 s: the shift was not followed", at[5], at[15])
 	}
 }
+
+// A burst of a few requests in one report at a low rate is noise: the fast estimate leaves
+// the slow one's noise for a snapshot and comes back, and the demand must not follow it
+// (each time it did, the plan spilled for seconds and came back).
+func TestDemandIgnoresAOneReportBurst(t *testing.T) {
+	a, clk := newTestAggregator(t)
+	for range 60 {
+		if err := a.ObserveReport(report("n", "s", 1.4)); err != nil {
+			t.Fatal(err)
+		}
+		a.Snapshot([]EngineSpec{spec})
+		clk.advance(time.Second)
+	}
+	peak := 0.0
+	for i, rate := range []float64{7, 1.4, 1.4, 1.4, 1.4, 1.4} {
+		if err := a.ObserveReport(report("n", "s", rate)); err != nil {
+			t.Fatal(err)
+		}
+		d := a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
+		if i == 0 {
+			// The shift rule's own threshold: the burst is past it, so this test covers it.
+			a1 := 1 - math.Exp2(-1/DefaultConfig().HalfLife.Seconds())
+			if fast := 1.4 + a1*(7-1.4); fast-1.4 < shiftSigmas*math.Sqrt(a1/(2-a1)*1.4) {
+				t.Fatalf("a burst to 7 req/s moves the fast estimate to %.2f, within the noise", fast)
+			}
+		}
+		peak = max(peak, d)
+		clk.advance(time.Second)
+	}
+	// The slow estimate (a 36 s half-life at 1.4 req/s) moves 5.6 x (1 - 2^(-1/36)) = 0.11.
+	if peak > 1.6 {
+		t.Errorf("a one-second burst (7 requests at 1.4 req/s) took the demand to %.2f: followed as a shift", peak)
+	}
+}

@@ -288,6 +288,23 @@ func (a *Aggregator) follow(node, model string, until time.Time) {
 	a.following[node][model] = until
 }
 
+// leave returns since when node's fast demand for model has been out of its slow
+// demand's noise, now if it just left. a.mu is held.
+func (a *Aggregator) leave(node, model string, now time.Time) time.Time {
+	if a.leaving == nil {
+		a.leaving = map[string]map[string]time.Time{}
+	}
+	if a.leaving[node] == nil {
+		a.leaving[node] = map[string]time.Time{}
+	}
+	since, ok := a.leaving[node][model]
+	if !ok {
+		since = now
+		a.leaving[node][model] = now
+	}
+	return since
+}
+
 func (a *Aggregator) sumDemand(now time.Time, snap *Snapshot) {
 	type sums struct {
 		fast, slow float64
@@ -327,7 +344,11 @@ func (a *Aggregator) sumDemand(now time.Time, snap *Snapshot) {
 		for model, t := range models {
 			d := t.slow
 			if dev := math.Abs(t.fast - t.slow); dev > 0 && dev > shiftSigmas*math.Sqrt(a1/(2-a1)*math.Max(t.slow, 1e-9)) {
-				a.follow(node, model, now.Add(shiftFollow*a.cfg.HalfLife))
+				if since := a.leave(node, model, now); now.Sub(since) >= time.Duration(shiftConfirm*float64(a.cfg.HalfLife)) {
+					a.follow(node, model, now.Add(shiftFollow*a.cfg.HalfLife))
+				}
+			} else {
+				delete(a.leaving[node], model)
 			}
 			if until, ok := a.following[node][model]; ok {
 				if now.Before(until) {
@@ -346,6 +367,11 @@ func (a *Aggregator) sumDemand(now time.Time, snap *Snapshot) {
 	for node := range a.following { // nodes whose sidecars are all gone
 		if _, ok := byNode[node]; !ok {
 			delete(a.following, node)
+		}
+	}
+	for node := range a.leaving {
+		if _, ok := byNode[node]; !ok {
+			delete(a.leaving, node)
 		}
 	}
 	for node, ok := range fresh {
