@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -396,59 +397,44 @@ func TestDemandHalfLifeGrowsAtLowRates(t *testing.T) {
 // the slow one by more than Poisson noise allows, and the demand follows within seconds
 // instead of the lengthened half-life's minute.
 func TestDemandFollowsAShiftAtLowRates(t *testing.T) {
-	a, clk := newTestAggregator(t)
-	for range 30 {
-		if err := a.ObserveReport(report("n", "s", 1)); err != nil {
-			t.Fatal(err)
-		}
-		a.Snapshot([]EngineSpec{spec})
-		clk.advance(time.Second)
-	}
-	at := map[int]float64{}
-	for i := 1; i <= 15; i++ {
-		if err := a.ObserveReport(report("n", "s", 4)); err != nil {
-			t.Fatal(err)
-		}
-		at[i] = a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
-		clk.advance(time.Second)
-	}
 	// The slow estimate alone (50 s half-life) would be at 1 + 3 x (1 - 2^(-5/50)) = 1.20
 	// after 5 s and 1.56 after 15 s; the fast one (3 s) at 3.05 and 3.91.
-	if at[5] < 2 || at[15] < 3 {
-		t.Errorf("demand went from 1 to 4 req/s; the estimate is %.2f after 5 s and %.2f after 15 s: the shift was not followed", at[5], at[15])
+	rates := slices.Repeat([]float64{1}, 30)
+	demand := reportEverySecond(t, append(rates, slices.Repeat([]float64{4}, 15)...))
+	at := func(i int) float64 { return demand[29+i] } // i seconds into the step
+	if at(5) < 2 || at(15) < 3 {
+		t.Errorf("demand went from 1 to 4 req/s; the estimate is %.2f after 5 s and %.2f after 15 s: the shift was not followed", at(5), at(15))
 	}
+}
+
+// reportEverySecond feeds one sidecar's reports of the given rates, one a second, and
+// returns the node's demand after each.
+func reportEverySecond(t *testing.T, rates []float64) []float64 {
+	t.Helper()
+	a, clk := newTestAggregator(t)
+	out := make([]float64, len(rates))
+	for i, r := range rates {
+		if err := a.ObserveReport(report("n", "s", r)); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
+		clk.advance(time.Second)
+	}
+	return out
 }
 
 // A burst of a few requests in one report at a low rate is noise: the fast estimate leaves
 // the slow one's noise for a snapshot and comes back, and the demand must not follow it
 // (each time it did, the plan spilled for seconds and came back).
 func TestDemandIgnoresAOneReportBurst(t *testing.T) {
-	a, clk := newTestAggregator(t)
-	for range 60 {
-		if err := a.ObserveReport(report("n", "s", 1.4)); err != nil {
-			t.Fatal(err)
-		}
-		a.Snapshot([]EngineSpec{spec})
-		clk.advance(time.Second)
+	// The burst is past the shift rule's own threshold, so this test covers the rule.
+	a1 := 1 - math.Exp2(-1/DefaultConfig().HalfLife.Seconds())
+	if fast := 1.4 + a1*(7-1.4); fast-1.4 < shiftSigmas*math.Sqrt(a1/(2-a1)*1.4) {
+		t.Fatalf("a burst to 7 req/s moves the fast estimate to %.2f, within the noise", fast)
 	}
-	peak := 0.0
-	for i, rate := range []float64{7, 1.4, 1.4, 1.4, 1.4, 1.4} {
-		if err := a.ObserveReport(report("n", "s", rate)); err != nil {
-			t.Fatal(err)
-		}
-		d := a.Snapshot([]EngineSpec{spec}).Demand["n"]["llama"]
-		if i == 0 {
-			// The shift rule's own threshold: the burst is past it, so this test covers it.
-			a1 := 1 - math.Exp2(-1/DefaultConfig().HalfLife.Seconds())
-			if fast := 1.4 + a1*(7-1.4); fast-1.4 < shiftSigmas*math.Sqrt(a1/(2-a1)*1.4) {
-				t.Fatalf("a burst to 7 req/s moves the fast estimate to %.2f, within the noise", fast)
-			}
-		}
-		peak = max(peak, d)
-		clk.advance(time.Second)
-	}
+	rates := append(slices.Repeat([]float64{1.4}, 60), 7, 1.4, 1.4, 1.4, 1.4, 1.4)
 	// The slow estimate (a 36 s half-life at 1.4 req/s) moves 5.6 x (1 - 2^(-1/36)) = 0.11.
-	if peak > 1.6 {
+	if peak := slices.Max(reportEverySecond(t, rates)[60:]); peak > 1.6 {
 		t.Errorf("a one-second burst (7 requests at 1.4 req/s) took the demand to %.2f: followed as a shift", peak)
 	}
 }
