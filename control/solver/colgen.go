@@ -227,7 +227,9 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 			return err
 		}
 		cs.readFlows(res)
-		if stalled = stalled + 1; !rebase || cs.b.gain(res) > stallTol {
+		if rebase && cs.b.gain(res) <= stallTol {
+			stalled++
+		} else {
 			stalled = 0
 		}
 		if cs.o.stallRounds > 0 && stalled >= cs.o.stallRounds {
@@ -244,7 +246,6 @@ func (cs *compSolver) run(ctx context.Context, sol *Solution) error {
 		if added == 0 || last {
 			break
 		}
-
 		if rebase {
 			cs.rebase(idle)
 		}
