@@ -87,6 +87,7 @@ type meridian struct {
 	clock       *virtualClock
 	names       []string
 	byName      map[string]int
+	byAddr      map[string]int
 	addrs       []string
 	agg         *signals.Aggregator
 	specs       []signals.EngineSpec
@@ -104,6 +105,7 @@ type meridian struct {
 	kvTokens  float64
 	buf       [picker.MaxExamined]int
 	engineBuf []string
+	targets   []decide.LoadTarget
 }
 
 // sidecar is one sidecar of one cluster: a decision core and its identity.
@@ -128,7 +130,7 @@ type virtualClock struct{ now time.Duration }
 func (c *virtualClock) Now() time.Time { return time.Unix(0, 0).Add(c.now) }
 
 func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, error) {
-	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{},
+	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{}, byAddr: map[string]int{},
 		inflight: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
 		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval,
 		kvTokens: float64(cfg.Engine.KVBlocks * cfg.Engine.BlockTokens)}
@@ -143,6 +145,7 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 		m.names = append(m.names, eng.Name)
 		m.addrs = append(m.addrs, eng.Address)
 		m.byName[eng.Name] = e
+		m.byAddr[eng.Address] = e
 		m.specs = append(m.specs, signals.EngineSpec{Name: eng.Name, Models: eng.Models,
 			Capacity: eng.CapacityRPS, Curve: t.optimizer.DefaultCurve})
 	}
@@ -187,8 +190,9 @@ func simFleet(cfg *Config, w *Workload) (*fleet.Fleet, error) {
 			f.RTTMillis[region][other] = float64(cfg.RTT[r][r2]) / float64(time.Millisecond)
 		}
 		for i := range cfg.EnginesPerRegion {
+			addr := fmt.Sprintf("10.%d.0.%d:8000", r, i+1)
 			f.Engines = append(f.Engines, fleet.Engine{Name: fmt.Sprintf("%s-%d", region, i),
-				Address: fmt.Sprintf("10.%d.0.%d:8000", r, i+1), Region: region,
+				Address: addr, MetricsURL: "http://" + addr + "/metrics", Region: region,
 				Models: []string{meridianModel}, CapacityRPS: perEngine})
 		}
 	}

@@ -112,10 +112,10 @@ func (m *meridian) exchange() (adopted int) {
 // sidecar's engine_load.scrape_interval); 0 turns the feed off.
 func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interval }
 
-// Scrape hands every sidecar each engine's running and waiting requests, KV-cache use and
-// prefix-cache and generation counters, as its own scrape of the engine's /metrics would
-// read them (with the capacity vLLM states in cache_config_info); a down engine fails the
-// scrape, which forgets its load.
+// Scrape hands every sidecar, for each engine it scrapes (decide.Core.LoadTargets), the
+// engine's running and waiting requests, KV-cache use and prefix-cache and generation
+// counters, as its own scrape of the engine's /metrics would read them (with the capacity
+// vLLM states in cache_config_info); a down engine fails the scrape, which forgets its load.
 func (m *meridian) Scrape(now time.Duration, v *View) {
 	m.clock.now = now
 	if now-m.lastExchange >= m.cfg.PlacementInterval {
@@ -124,7 +124,10 @@ func (m *meridian) Scrape(now time.Duration, v *View) {
 	}
 	for _, pool := range m.sidecars {
 		for _, sc := range pool {
-			for e, ev := range v.Engines {
+			m.targets = sc.core.LoadTargets(m.targets[:0])
+			for _, tg := range m.targets {
+				e := m.byAddr[tg.Address]
+				ev := v.Engines[e]
 				if !ev.Up {
 					sc.core.ForgetEngineLoad(m.addrs[e])
 					continue

@@ -39,6 +39,11 @@ type Config struct {
 	// behind for the key's next turns. A key no sidecar has placed is charged nothing: it
 	// has no cache to lose, so it goes where the least work is. See DefaultMoveFactor.
 	MoveFactor float64
+	// OverflowEngines is how many engines the node gives no share (EDS priority 1, the
+	// nearest first) may take a request that the engine the picker chose would queue
+	// (picker.Config.OverflowAt); the sidecar scrapes their load gauges too. 0: none.
+	// See DefaultOverflowEngines.
+	OverflowEngines int
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
 	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
@@ -62,6 +67,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.MoveFactor >= 0) || c.MoveFactor > maxMoveFactor {
 		errs = append(errs, fmt.Errorf("move factor is %v: want 0..%v", c.MoveFactor, maxMoveFactor))
+	}
+	if c.OverflowEngines < 0 || c.OverflowEngines > maxOverflowEngines {
+		errs = append(errs, fmt.Errorf("overflow engines is %d: want 0..%d", c.OverflowEngines, maxOverflowEngines))
 	}
 	if c.Log == nil {
 		errs = append(errs, errors.New("decide: a logger is required"))
@@ -153,6 +161,14 @@ const DefaultMoveFactor = 6
 // maxMoveFactor bounds Config.MoveFactor far above any useful value.
 const maxMoveFactor = 1000
 
+// DefaultOverflowEngines is the shipped Config.OverflowEngines: the engines of two more
+// regions of four, which the simulator's fleet has (docs/results/README.md has what
+// overflow measured there).
+const DefaultOverflowEngines = 8
+
+// maxOverflowEngines bounds Config.OverflowEngines: each is scraped by every sidecar.
+const maxOverflowEngines = 64
+
 // homeSlots is the size of a core's key memory: 8 bytes a slot, 512 KiB in all; keys
 // beyond it share slots and, on a collision, fall back to the key's order.
 const homeSlots = 1 << 16
@@ -222,7 +238,7 @@ const (
 // rebuildLocked builds and swaps in a snapshot; the caller holds rebuildMu, and read the
 // view or the penalties it passes under it, so a rebuild for one never undoes the other.
 func (c *Core) rebuildLocked(v *xdsapi.View, pen *guard.Penalties, cause int) error {
-	r, built, err := newRouting(v, pen, c.cfg.Picker, c.loads, c.state, c.routing.Load())
+	r, built, err := newRouting(v, pen, c.cfg.Picker, c.cfg.OverflowEngines, c.loads, c.state, c.routing.Load())
 	c.tablesBuilt[cause].Add(int64(built))
 	if err != nil {
 		return err
@@ -348,6 +364,9 @@ type Decision struct {
 	Ticket string
 	// Spilled is set when the primary is not the key's first engine because of load.
 	Spilled bool
+	// Overflowed is set when the primary is an engine the node gives no share: the
+	// engines with a share would have queued the request (picker.Config.OverflowAt).
+	Overflowed bool
 	// Priority is the request's class, clamped to the configured classes.
 	Priority int
 	// RetryAfter is the wait a shed answer asks for.
@@ -406,7 +425,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		}
 		return d
 	}
-	d.Order, d.Spilled = res.Order, res.Spilled
+	d.Order, d.Spilled, d.Overflowed = res.Order, res.Spilled, res.Overflowed
 	primary := res.Order[0]
 	ep := m.table.Endpoint(primary)
 	d.Engine = ep.Engine
@@ -432,10 +451,24 @@ func (c *Core) Route(req Request, buf []int) Decision {
 func (d *Decision) AppendDestination(dst []byte) []byte {
 	m := d.route
 	dst = m.table.AppendAddrs(dst, d.Order)
-	for i := 0; i < len(m.failover) && len(d.Order)+i < 1+d.fallbacks; i++ {
+	for i, n := 0, len(d.Order); i < len(m.failover) && n < 1+d.fallbacks; i++ {
+		if d.Overflowed && d.listed(m.failover[i].address) {
+			continue
+		}
 		dst = append(append(dst, ','), m.failover[i].address...)
+		n++
 	}
 	return dst
+}
+
+// listed reports whether the picked engines include the one at addr.
+func (d *Decision) listed(addr string) bool {
+	for _, i := range d.Order {
+		if d.route.table.Endpoint(i).Address == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // AppendEngines appends the names of the engines AppendDestination lists, in its order.
@@ -444,8 +477,12 @@ func (d *Decision) AppendEngines(dst []string) []string {
 	for _, i := range d.Order {
 		dst = append(dst, m.table.Endpoint(i).Engine)
 	}
-	for i := 0; i < len(m.failover) && len(d.Order)+i < 1+d.fallbacks; i++ {
+	for i, n := 0, len(d.Order); i < len(m.failover) && n < 1+d.fallbacks; i++ {
+		if d.Overflowed && d.listed(m.failover[i].address) {
+			continue
+		}
 		dst = append(dst, m.failover[i].engine)
+		n++
 	}
 	return dst
 }

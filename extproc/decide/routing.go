@@ -1,7 +1,10 @@
 package decide
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/meridian-router/meridian/extproc/guard"
@@ -39,7 +42,11 @@ type failover struct{ address, engine string }
 // weights keeps that table (NewTable is a function of its inputs, so a new one would rank
 // every key the same): a penalty on one engine rebuilds only the tables of the models it
 // serves. built is how many tables were built.
-func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *picker.Loads, state func(model string) *modelState, prev *routing) (r *routing, built int, err error) {
+//
+// The overflow nearest failover engines (by round trip, then address), unless the outlier
+// guard penalizes them, join the table as its overflow endpoints (picker.Endpoint.Overflow),
+// and are scraped like the engines with a share.
+func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, overflow int, loads *picker.Loads, state func(model string) *modelState, prev *routing) (r *routing, built int, err error) {
 	r = &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{},
 		metrics: map[string]string{}}
 	if pen != nil {
@@ -48,6 +55,7 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *
 	for name, m := range v.Models {
 		eps := make([]picker.Endpoint, 0, len(m.Endpoints))
 		var fo []failover
+		var spare []xdsapi.Endpoint
 		for _, e := range m.Endpoints {
 			r.engines[e.Address] = e.Engine
 			r.rtt[e.Address] = time.Duration(e.RTTMillis * float64(time.Millisecond))
@@ -56,6 +64,9 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *
 			}
 			if e.Priority > 0 {
 				fo = append(fo, failover{e.Address, e.Engine})
+				if pen.Factor(e.Engine) == 1 {
+					spare = append(spare, e)
+				}
 				continue
 			}
 			if e.MetricsURL != "" {
@@ -67,6 +78,17 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, loads *
 				Weight:      float64(e.Weight) * pen.Factor(e.Engine),
 				MaxInFlight: int64(e.MaxInFlight),
 			})
+		}
+		if overflow > 0 && cfg.OverflowAt > 0 && len(eps) > 0 {
+			slices.SortFunc(spare, func(a, b xdsapi.Endpoint) int {
+				return cmp.Or(cmp.Compare(a.RTTMillis, b.RTTMillis), strings.Compare(a.Address, b.Address))
+			})
+			for _, e := range spare[:min(overflow, len(spare))] {
+				eps = append(eps, picker.Endpoint{Address: e.Address, Engine: e.Engine, MaxInFlight: int64(e.MaxInFlight), Overflow: true})
+				if e.MetricsURL != "" {
+					r.metrics[e.Address] = e.MetricsURL
+				}
+			}
 		}
 		var t *picker.Table
 		if old := prev.model(name); old != nil && sameEndpoints(old.table, eps) {
@@ -90,18 +112,24 @@ func (r *routing) model(name string) *modelRoute {
 }
 
 // sameEndpoints reports whether t was built from exactly the endpoints with positive
-// weight in eps (in any order), with the same weights, names and caps.
+// weight in eps (in any order), with the same weights, names and caps, and the same
+// overflow endpoints in the same order.
 func sameEndpoints(t *picker.Table, eps []picker.Endpoint) bool {
-	n := 0
+	n, o := 0, 0
 	for _, ep := range eps {
-		if ep.Weight <= 0 {
-			continue
-		}
-		n++
-		i, ok := t.Lookup(ep.Address)
-		if !ok || t.Endpoint(i) != ep {
-			return false
+		switch {
+		case ep.Overflow:
+			if o >= t.Overflows() || t.Endpoint(t.Len()+o) != ep {
+				return false
+			}
+			o++
+		case ep.Weight > 0:
+			n++
+			i, ok := t.Lookup(ep.Address)
+			if !ok || i >= t.Len() || t.Endpoint(i) != ep {
+				return false
+			}
 		}
 	}
-	return n == t.Len()
+	return n == t.Len() && o == t.Overflows()
 }

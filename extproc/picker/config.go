@@ -20,6 +20,10 @@ type Endpoint struct {
 	// MaxInFlight is a hard cap on this endpoint's in-flight requests; 0 means
 	// Config.MaxInFlight applies.
 	MaxInFlight int64
+	// Overflow marks an engine outside the key ranking (one the node gives no share): Pick
+	// sends a request there only when the engine it chose would queue the request and the
+	// overflow engine would not (see Config.OverflowAt). Weight is ignored.
+	Overflow bool
 }
 
 // Limits of the table layout.
@@ -67,7 +71,29 @@ type Config struct {
 	// MaxExamined bounds how many distinct endpoints one Pick examines, in
 	// [Fallbacks+1, 64]. It bounds the cost of a pick when most endpoints are loaded.
 	MaxExamined int
+	// OverflowAt is the fraction of an engine's KV cache (in tokens, as its scrape states
+	// it) that its work may fill before a request overflows: when the primary's work
+	// (its own requests' plus what others were last observed to hold), with the
+	// request's, passes OverflowAt × its KV capacity, the request goes to the overflow
+	// endpoint (Endpoint.Overflow) that would hold the least work after taking it, if that
+	// stays within OverflowAt × its own capacity and below what the primary would hold.
+	// 0 turns overflow off. DefaultOverflowAt is the shipped value.
+	OverflowAt float64
 }
+
+// DefaultOverflowAt is the shipped overflow threshold. An engine's KV cache, in tokens, is
+// about proportional to its prefill rate across GPUs (an A100 40GB holds 157k tokens of
+// Llama-3.1-8B and prefills 9,700 tokens/s; an H100 80GB 452k and 30,800), so a fraction
+// of it is about a time: at 0.2 an engine holds some 3 s of prefill work, past which a
+// long prompt's first token misses the SLO. On the simulator (docs/results/README.md),
+// over fixed loads near capacity, 0.05 to 0.2 met the SLO for the most requests on the
+// Mooncake trace at both GPU profiles, 0.2 reached the highest capacity per region, and
+// the Azure trace's capacity did not change.
+const DefaultOverflowAt = 0.2
+
+// maxOverflowAt bounds Config.OverflowAt: past a few caches' worth of queued work a
+// request waits for seconds before it overflows.
+const maxOverflowAt = 4
 
 // DefaultEpsilon is the shipped bounded-load slack. The bound counts only this
 // process's own work, and a sidecar has a few LLM requests in flight, each up to a
@@ -100,6 +126,7 @@ func DefaultConfig() Config {
 		SpillFloor:  6 * 1024, // the sidecar's spill_floor 6 × decode_work_tokens 1024
 		MaxInFlight: 0,
 		MaxExamined: 16,
+		OverflowAt:  DefaultOverflowAt,
 	}
 }
 
@@ -123,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("picker: maxInFlight is %d: want >= 0 (0 means no cap)", c.MaxInFlight))
+	}
+	if !(c.OverflowAt >= 0) || c.OverflowAt > maxOverflowAt {
+		errs = append(errs, fmt.Errorf("picker: overflowAt is %v: want 0..%v (0 turns overflow off)", c.OverflowAt, maxOverflowAt))
 	}
 	if c.MaxExamined < c.Fallbacks+1 || c.MaxExamined > MaxExamined {
 		errs = append(errs, fmt.Errorf("picker: maxExamined is %d: want %d..%d (at least fallbacks+1)",

@@ -53,11 +53,25 @@
 // eviction has taken the context, and the key is placed as a new one.
 // docs/results/README.md has what it bought on the simulator.
 //
+// Overflow (pooling across the plan's boundary, per request): a table may also hold
+// overflow endpoints (Endpoint.Overflow), engines its node has no share of, unranked. The
+// control plane's shares follow demand smoothed over tens of seconds; a burst in one region
+// while another idles is gone before a plan could move. When the primary the rules above
+// chose would hold, with the request, more than Config.OverflowAt of its KV cache in work
+// (the cache's size in tokens, as its scrape states it, stands for a time: it is about
+// proportional to the engine's prefill rate across GPUs), the request goes to the overflow
+// endpoint that would hold the least work, charged the move cost unless it is the key's
+// home, if that engine stays under the same fraction of its own cache and holds less than
+// the primary would. This is the least-work choice extended, behind a gate, to engines
+// outside the key's order; the gate keeps a key's traffic on its ranked engines while they
+// can start it, so affinity and the plan's shares hold in steady state.
+//
 // # Invariants
 //
 //   - A Table is immutable after NewTable returns. Pick takes no locks, allocates
 //     nothing when dst has room, and only reads atomic in-flight and observed counters.
-//   - Two tables built from the same endpoint set (in any order) with the same Config
+//   - Two tables built from the same endpoint set (in any order, but overflow endpoints
+//     in the same order) with the same Config
 //     rank every key identically, on any platform (the ranking uses only exact or
 //     singly rounded IEEE-754 arithmetic, no math.Log); with the same in-flight counts
 //     and observed work they Pick identically. This is what lets independent sidecars
@@ -67,6 +81,7 @@
 //     survive table swaps. Tables built for the same pool of engines share one Loads;
 //     every Start is paired with exactly one Ticket.Done, which removes the work Start
 //     added.
-//   - Endpoints with weight 0 are not in the table. Endpoints at their hard in-flight
-//     limit are never returned.
+//   - Endpoints with weight 0 are not in the table, unless they are overflow endpoints,
+//     which follow the ranked ones (indices Len() and up) and are returned only as an
+//     overflow primary. Endpoints at their hard in-flight limit are never returned.
 package picker

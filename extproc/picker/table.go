@@ -13,7 +13,8 @@ import (
 // penalties change and publish it with an atomic.Pointer; readers never lock.
 type Table struct {
 	cfg   Config
-	eps   []Endpoint // weight > 0, sorted by address; indices are positions here
+	eps   []Endpoint // ranked (weight > 0) sorted by address, then overflow in the order given; indices are positions here
+	n     int        // ranked endpoints: eps[:n]
 	bound []float64  // (1+ε) × weight share
 	limit []int64    // hard cap; math.MaxInt64 when none
 	ctr   []*counter
@@ -45,12 +46,18 @@ type Result struct {
 	Spilled bool
 	// AtLimit is set when every endpoint Pick examined is at its hard cap.
 	AtLimit bool
+	// Overflowed is set when the primary is an overflow endpoint (Endpoint.Overflow); the
+	// ranked endpoints follow it.
+	Overflowed bool
 }
 
 // NewTable ranks the endpoints with positive weight and links them to their in-flight
-// counters in loads (creating the counters that are missing). The input order does
-// not matter. It returns an error naming the first bad field; an empty table (no
-// positive weight) is valid and picks nothing.
+// counters in loads (creating the counters that are missing), with the overflow
+// endpoints (Endpoint.Overflow) after them, unranked. The input order of the ranked
+// endpoints does not matter; overflow endpoints keep theirs, which breaks ties between
+// them (the caller's preference: the decision core lists the nearest first). It returns
+// an error naming the first bad field; an empty table (no positive weight) is valid and
+// picks nothing.
 //
 // Building costs about Buckets × Candidates random draws (tens of milliseconds at the
 // default size): build off the hot path and swap.
@@ -66,18 +73,24 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 	}
 	eps := make([]Endpoint, 0, len(endpoints))
 	for _, ep := range endpoints {
-		if ep.Weight > 0 {
+		if ep.Weight > 0 && !ep.Overflow {
 			eps = append(eps, ep)
 		}
 	}
 	slices.SortFunc(eps, func(a, b Endpoint) int { return strings.Compare(a.Address, b.Address) })
-
 	n := len(eps)
+	for _, ep := range endpoints {
+		if ep.Overflow && n > 0 && cfg.OverflowAt > 0 {
+			eps = append(eps, ep)
+		}
+	}
+
 	t := &Table{
 		cfg:      cfg,
 		eps:      eps,
-		bound:    make([]float64, n),
-		limit:    make([]int64, n),
+		n:        n,
+		bound:    make([]float64, len(eps)),
+		limit:    make([]int64, len(eps)),
 		ctr:      loads.counters(eps),
 		total:    &loads.total,
 		index:    make(map[string]int, n),
@@ -89,7 +102,7 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		maxProbe: 4 * cfg.MaxExamined,
 	}
 	sum := 0.0
-	for _, ep := range eps {
+	for _, ep := range eps[:n] {
 		sum += ep.Weight
 	}
 	t.allCapped = n > 0
@@ -103,8 +116,11 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		if id := t.ctr[i].id; id != 0 {
 			t.byID[id] = int32(i + 1)
 		}
-		t.bound[i] = (1 + cfg.Epsilon) * ep.Weight / sum
 		t.limit[i] = cmp.Or(ep.MaxInFlight, cfg.MaxInFlight, math.MaxInt64)
+		if i >= n {
+			continue // overflow: no share, and not in the table's capacity
+		}
+		t.bound[i] = (1 + cfg.Epsilon) * ep.Weight / sum
 		if t.limit[i] == math.MaxInt64 {
 			t.allCapped = false
 		} else {
@@ -112,7 +128,7 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		}
 	}
 	if n > 0 {
-		t.slots = rank(eps, cfg.Buckets, t.k)
+		t.slots = rank(eps[:n], cfg.Buckets, t.k)
 	}
 	return t, nil
 }
@@ -158,7 +174,7 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 // examined it) is not the primary.
 func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
 	dst = dst[:0]
-	if len(t.eps) == 0 {
+	if t.n == 0 {
 		return Result{Order: dst}
 	}
 	var seen, over [MaxExamined]uint16
@@ -209,10 +225,50 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 	}
 	// The key's usual engine is its home when Pick examined it, else its first.
 	usual := int(seen[0])
-	if home >= 0 && home < len(t.eps) && slices.Contains(seen[:nseen], uint16(home)) {
+	if home >= 0 && home < t.n && slices.Contains(seen[:nseen], uint16(home)) {
 		usual = home
 	}
+	if len(t.eps) > t.n {
+		if o := t.overflow(dst[0], usual, work, move, home); o >= 0 {
+			if len(dst) == t.want {
+				dst = dst[:len(dst)-1]
+			}
+			dst = slices.Insert(dst, 0, o)
+			return Result{Order: dst, Spilled: true, Overflowed: true}
+		}
+	}
 	return Result{Order: dst, Spilled: dst[0] != usual}
+}
+
+// overflow returns the overflow endpoint that should take the request instead of p, or -1:
+// see Config.OverflowAt. usual is the endpoint that holds the key's context among the
+// ranked ones (p is charged move unless it is usual); an overflow endpoint is charged
+// move unless it is the key's home.
+func (t *Table) overflow(p, usual int, work, move int64, home int) int {
+	room := func(c *counter) float64 { return t.cfg.OverflowAt * float64(c.kc.Load()) }
+	held := t.ctr[p].load() + work
+	if limit := room(t.ctr[p]); limit <= 0 || float64(held) <= limit {
+		return -1 // the primary holds the request without queueing it (or its cache is unknown)
+	}
+	cost := held
+	if p != usual {
+		cost += move
+	}
+	best := -1
+	for o := t.n; o < len(t.eps); o++ {
+		c := t.ctr[o]
+		w := c.load() + work
+		if c.n.Load() >= t.limit[o] || float64(w) > room(c) {
+			continue
+		}
+		if o != home {
+			w += move
+		}
+		if w < cost {
+			best, cost = o, w
+		}
+	}
+	return best
 }
 
 // leastWork moves to the front of order (endpoints within their bound, in the key's
@@ -262,8 +318,13 @@ func (t *Table) Limit(i int) (int64, bool) {
 	return t.limit[i], t.limit[i] != math.MaxInt64
 }
 
-// Len is the number of endpoints in the table (those with positive weight).
-func (t *Table) Len() int { return len(t.eps) }
+// Len is the number of ranked endpoints in the table (those with positive weight); the
+// overflow endpoints follow them, at indices Len() to Len()+Overflows()-1.
+func (t *Table) Len() int { return t.n }
+
+// Overflows is the number of overflow endpoints in the table (none when the table has no
+// ranked endpoint or Config.OverflowAt is 0).
+func (t *Table) Overflows() int { return len(t.eps) - t.n }
 
 // Endpoint returns endpoint i as given to NewTable.
 func (t *Table) Endpoint(i int) Endpoint { return t.eps[i] }

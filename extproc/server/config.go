@@ -34,7 +34,10 @@ type Config struct {
 	DecodeWork int64
 	// MoveFactor prices moving a key off its home, in prompts (decide.Config.MoveFactor).
 	MoveFactor float64
-	Outliers   guard.OutlierConfig
+	// OverflowEngines is how many engines outside the node's share may take a request its
+	// own engines would queue (decide.Config.OverflowEngines).
+	OverflowEngines int
+	Outliers        guard.OutlierConfig
 	// Retry applies until the control server sends its own budget in a policy, which then
 	// wins (the control server's --retry-* flags set it).
 	Retry guard.RetryConfig
@@ -117,7 +120,8 @@ func DefaultConfig(log *slog.Logger) Config {
 // Core is the decision core's part of c.
 func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
-		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor, Log: c.Log}
+		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor,
+		OverflowEngines: c.OverflowEngines, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -227,6 +231,12 @@ type FilePicker struct {
 	// MoveFactor: the least-work choice charges a request sent off its key's home this
 	// many times its prompt's tokens.
 	MoveFactor float64 `yaml:"move_factor"`
+	// OverflowAt: a request whose engine's work, with the request's, would pass this
+	// fraction of the engine's KV cache goes to an overflow engine that stays under it.
+	OverflowAt float64 `yaml:"overflow_at"`
+	// OverflowEngines: how many engines outside the node's share, nearest first, are
+	// overflow candidates.
+	OverflowEngines int `yaml:"overflow_engines"`
 }
 
 // FileOutliers is the file's outliers: section.
@@ -260,6 +270,8 @@ const (
 	maxDecodeWorkTokens = 1 << 24
 	maxSpillFloor       = 1 << 20
 	maxMoveFactor       = 1000
+	maxOverflowAt       = 4
+	maxOverflowEngines  = 64
 )
 
 // The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
@@ -277,7 +289,8 @@ func DefaultFile() File {
 			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
 		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
-			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor, MoveFactor: decide.DefaultMoveFactor},
+			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor, MoveFactor: decide.DefaultMoveFactor,
+			OverflowAt: pk.OverflowAt, OverflowEngines: decide.DefaultOverflowEngines},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
 		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
 		// restarted engine is back in use within about 15 s, and a still-broken one is pushed
@@ -354,6 +367,12 @@ func (f File) Validate() error {
 	if !(p.MoveFactor >= 0) || p.MoveFactor > maxMoveFactor {
 		bad("picker.move_factor", "is %v: want 0..%d (0: a move costs nothing)", p.MoveFactor, maxMoveFactor)
 	}
+	if !(p.OverflowAt >= 0) || p.OverflowAt > maxOverflowAt {
+		bad("picker.overflow_at", "is %v: want 0..%d (0: no overflow)", p.OverflowAt, maxOverflowAt)
+	}
+	if p.OverflowEngines < 0 || p.OverflowEngines > maxOverflowEngines {
+		bad("picker.overflow_engines", "is %d: want 0..%d (0: no overflow)", p.OverflowEngines, maxOverflowEngines)
+	}
 	if f.Outliers.PenaltyRecoverHalfLife <= 0 {
 		bad("outliers.penalty_recover_half_life", "is %s: want > 0", f.Outliers.PenaltyRecoverHalfLife)
 	}
@@ -426,6 +445,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)
+	pk.OverflowAt = f.Picker.OverflowAt
 	pk.MaxExamined = max(pk.MaxExamined, pk.Fallbacks+1)
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife
@@ -437,6 +457,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		Picker:            pk,
 		DecodeWork:        f.Picker.DecodeWorkTokens,
 		MoveFactor:        f.Picker.MoveFactor,
+		OverflowEngines:   f.Picker.OverflowEngines,
 		Outliers:          oc,
 		Retry:             f.retry(),
 		Shed:              sh,

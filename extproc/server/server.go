@@ -571,6 +571,9 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	if d.Spilled {
 		s.metrics.spills.Add(ctx, 1, s.metrics.opt("model", d.Model))
 	}
+	if d.Overflowed {
+		s.metrics.overflows.Add(ctx, 1, s.metrics.opt("model", d.Model))
+	}
 	return decision{steered: a}
 }
 

@@ -1,0 +1,124 @@
+package picker
+
+import (
+	"slices"
+	"testing"
+)
+
+// overflowFleet is two ranked engines and two overflow engines (the far one listed
+// first: the caller's order, not the address order, breaks ties), every KV cache 100,000
+// tokens, so the default OverflowAt (0.2) puts the threshold at 20,000.
+func overflowFleet(t *testing.T, loads *Loads) *Table {
+	t.Helper()
+	eps := append(fleet(2, equal),
+		Endpoint{Address: "10.1.0.9:8000", Engine: "far", Overflow: true},
+		Endpoint{Address: "10.1.0.2:8000", Engine: "near", Weight: 5, Overflow: true})
+	tb := mustTable(t, testConfig(), eps, loads)
+	for i := range tb.Len() + tb.Overflows() {
+		loads.SetKVWritten(tb.Endpoint(i).Address, 0, 100_000)
+	}
+	return tb
+}
+
+func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
+	const key, work = 0xfeed, 2_000
+	loads := NewLoads()
+	tb := overflowFleet(t, loads)
+	if tb.Len() != 2 || tb.Overflows() != 2 {
+		t.Fatalf("Len %d, Overflows %d: want 2 ranked and 2 overflow endpoints", tb.Len(), tb.Overflows())
+	}
+	far, near := tb.Len(), tb.Len()+1
+	if tb.Endpoint(far).Engine != "far" || tb.Endpoint(near).Engine != "near" {
+		t.Fatalf("overflow endpoints %q, %q: want them in the order given", tb.Endpoint(far).Engine, tb.Endpoint(near).Engine)
+	}
+	for i := range tb.Len() {
+		loads.SetObserved(tb.Endpoint(i).Address, 17_000)
+	}
+	r := tb.Pick(key, work, 0, nil)
+	if r.Overflowed || r.Order[0] >= tb.Len() {
+		t.Fatalf("19,000 of 20,000 after the request: order %v overflowed %v, want a ranked primary", r.Order, r.Overflowed)
+	}
+	primary := r.Order[0]
+	// Past the threshold on both ranked engines: the overflow engines, equally empty, take
+	// it, the first listed winning the tie, and the ranked ones follow as fallbacks.
+	for i := range tb.Len() {
+		loads.SetObserved(tb.Endpoint(i).Address, 30_000)
+	}
+	r = tb.Pick(key, work, 0, nil)
+	if !r.Overflowed || !r.Spilled || r.Order[0] != far {
+		t.Fatalf("ranked engines at 32,000: order %v overflowed %v, want the far overflow engine %d first", r.Order, r.Overflowed, far)
+	}
+	// The list keeps its length (Fallbacks+1, here both ranked engines): the last goes.
+	if !slices.Equal(r.Order[1:], []int{primary}) {
+		t.Errorf("fallbacks %v: want the ranked primary %d, the list no longer than before", r.Order[1:], primary)
+	}
+	// The emptier overflow engine wins.
+	loads.SetObserved(tb.Endpoint(far).Address, 5_000)
+	if r = tb.Pick(key, work, 0, nil); r.Order[0] != near {
+		t.Errorf("far engine holding 5,000: primary %d, want the near one %d", r.Order[0], near)
+	}
+	// An overflow engine that would pass its own threshold takes nothing.
+	loads.SetObserved(tb.Endpoint(near).Address, 19_000)
+	loads.SetObserved(tb.Endpoint(far).Address, 19_000)
+	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
+		t.Errorf("overflow engines at 21,000 after the request: order %v, want no overflow", r.Order)
+	}
+	loads.SetObserved(tb.Endpoint(near).Address, 0)
+	loads.SetObserved(tb.Endpoint(far).Address, 0)
+	// A key at home on the primary: an overflow engine is charged the move, and the key
+	// stays unless the move still leaves it below the primary's work.
+	if r = tb.PickHome(key, work, 40_000, primary, nil); r.Overflowed {
+		t.Errorf("home holding 32,000, move 40,000: order %v, want the key to stay", r.Order)
+	}
+	if r = tb.PickHome(key, work, 20_000, primary, nil); !r.Overflowed {
+		t.Errorf("home holding 32,000, move 20,000: order %v, want overflow", r.Order)
+	}
+	// A key at home on an overflow engine goes back there uncharged, and a ranked engine
+	// then pays the move: with a move as large as the primary's work, the home wins.
+	loads.SetObserved(tb.Endpoint(near).Address, 10_000)
+	if r = tb.PickHome(key, work, 40_000, near, nil); r.Order[0] != near {
+		t.Errorf("key at home on the near overflow engine (10,000): order %v, want it first", r.Order)
+	}
+	// An overflow engine at its hard cap is never picked.
+	capped := testConfig()
+	capped.MaxInFlight = 1
+	tc := mustTable(t, capped, []Endpoint{tb.Endpoint(0), tb.Endpoint(1), tb.Endpoint(far), tb.Endpoint(near)}, loads)
+	tkt := tc.Start(tc.Len(), 1)
+	tkt2 := tc.Start(tc.Len()+1, 1)
+	if r = tc.Pick(key, work, 0, nil); r.Overflowed {
+		t.Errorf("overflow engines at their cap: order %v, want none of them", r.Order)
+	}
+	tkt.Done()
+	tkt2.Done()
+}
+
+// Overflow needs what it compares: a known KV cache on the primary, overflow endpoints, a
+// non-zero OverflowAt and a ranked endpoint to overflow from.
+func TestOverflowNeedsItsInputs(t *testing.T) {
+	const key = 0xfeed
+	loads := NewLoads()
+	tb := overflowFleet(t, loads)
+	for i := range tb.Len() {
+		loads.SetObserved(tb.Endpoint(i).Address, 30_000)
+	}
+	primary := tb.Pick(key, 2_000, 0, nil).Order[1]
+	loads.SetKVWritten(tb.Endpoint(primary).Address, 0, 0) // the primary states no cache
+	if r := tb.Pick(key, 2_000, 0, nil); r.Overflowed {
+		t.Errorf("primary with an unknown KV cache: order %v, want no overflow", r.Order)
+	}
+	loads.SetKVWritten(tb.Endpoint(primary).Address, 0, 100_000)
+	off := testConfig()
+	off.OverflowAt = 0
+	eps := []Endpoint{tb.Endpoint(0), tb.Endpoint(1), tb.Endpoint(2), tb.Endpoint(3)}
+	if to := mustTable(t, off, eps, loads); to.Overflows() != 0 || to.Pick(key, 2_000, 0, nil).Overflowed {
+		t.Errorf("OverflowAt 0: %d overflow endpoints kept, want none", to.Overflows())
+	}
+	if to := mustTable(t, testConfig(), eps[2:], loads); to.Len() != 0 || to.Overflows() != 0 || len(to.Pick(key, 1, 0, nil).Order) != 0 {
+		t.Errorf("only overflow endpoints: Len %d Overflows %d, want an empty table", to.Len(), to.Overflows())
+	}
+	bad := testConfig()
+	bad.OverflowAt = -1
+	if bad.Validate() == nil {
+		t.Error("OverflowAt -1 validated")
+	}
+}
