@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -120,56 +121,78 @@ static_resources:
 	return b.String(), nil
 }
 
-// baselineNode is one region's plain Envoy for one baseline configuration.
+// baselineNode is one region's plain Envoy for one baseline configuration. Its ports are
+// chosen when it starts, not when it is prepared: a port found free minutes before the
+// Envoy binds it may meanwhile go to another process of the bench.
 type baselineNode struct {
 	URL, AdminURL string
 	Envoy         *stack.Proc
+
+	dir, envoyBin, name, lbPolicy string
+	eps                           []baselineEndpoint
 }
 
-// newBaselineNode writes the bootstrap and prepares (does not start) the Envoy.
-func newBaselineNode(dir, envoyBin, config, region, lbPolicy string, eps []baselineEndpoint) (*baselineNode, error) {
+// newBaselineNode prepares (does not start) the Envoy.
+func newBaselineNode(dir, envoyBin, config, region, lbPolicy string, eps []baselineEndpoint) *baselineNode {
+	return &baselineNode{dir: dir, envoyBin: envoyBin, name: config + "-" + region, lbPolicy: lbPolicy, eps: eps}
+}
+
+// configure picks the node's ports and writes its bootstrap.
+func (n *baselineNode) configure() error {
 	port := func() (string, error) {
 		p, err := stack.FreePort()
 		return "127.0.0.1:" + strconv.Itoa(p), err
 	}
 	listen, err := port()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	admin, err := port()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	name := config + "-" + region
-	yaml, err := baselineBootstrap(name, listen, admin, filepath.Join(dir, "access-"+name+".jsonl"), lbPolicy, eps)
+	yaml, err := baselineBootstrap(n.name, listen, admin, filepath.Join(n.dir, "access-"+n.name+".jsonl"), n.lbPolicy, n.eps)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap for %s: %w", name, err)
+		return fmt.Errorf("bootstrap for %s: %w", n.name, err)
 	}
-	path := filepath.Join(dir, "envoy-"+name+".yaml")
+	path := filepath.Join(n.dir, "envoy-"+n.name+".yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		return nil, err
+		return err
 	}
-	return &baselineNode{URL: "http://" + listen, AdminURL: "http://" + admin, Envoy: &stack.Proc{
-		Name: "envoy-" + name, Bin: envoyBin, Log: filepath.Join(dir, "envoy-"+name+".log"),
-		Args: []string{"-c", path, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn"},
-	}}, nil
+	n.URL, n.AdminURL = "http://"+listen, "http://"+admin
+	n.Envoy = &stack.Proc{Name: "envoy-" + n.name, Bin: n.envoyBin, Log: filepath.Join(n.dir, "envoy-"+n.name+".log"),
+		Args: []string{"-c", path, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn"}}
+	return nil
 }
 
-// start runs the Envoy and waits until it is ready, failing at once if it exits.
+// start picks the ports, runs the Envoy and waits until it is ready and its listener
+// accepts connections (Envoy's /ready can answer before the worker listens), failing at
+// once if it exits.
 func (n *baselineNode) start(ctx context.Context) error {
+	if err := n.configure(); err != nil {
+		return err
+	}
 	if err := n.Envoy.Start(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	listen := strings.TrimPrefix(n.URL, "http://")
 	for {
 		try, stop := context.WithTimeout(ctx, time.Second)
 		err := stack.WaitHTTP(try, n.AdminURL+"/ready", 200)
-		stop()
 		if err == nil {
-			return nil
+			var c net.Conn
+			if c, err = (&net.Dialer{}).DialContext(try, "tcp", listen); err == nil {
+				c.Close()
+				stop()
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
+		stop()
 		if !n.Envoy.Running() || ctx.Err() != nil {
+			n.Envoy.Stop(time.Second)
 			return fmt.Errorf("%s did not become ready (see %s): %w", n.Envoy.Name, n.Envoy.Log, err)
 		}
 	}

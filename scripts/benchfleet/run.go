@@ -126,12 +126,13 @@ func run(ctx context.Context, o options, stderr io.Writer) (*Output, error) {
 	}
 	defer delay.Close()
 	b.stopMeridian()
-	if err := b.prepareBaselines(dir, bins.Envoy); err != nil {
-		return nil, err
-	}
+	b.prepareBaselines(dir, bins.Envoy)
 	defer func() {
 		for _, nodes := range b.baselines {
 			for _, n := range nodes {
+				if n.Envoy == nil {
+					continue // never started
+				}
 				n.Envoy.Stop(2 * time.Second)
 			}
 		}
@@ -217,7 +218,7 @@ func (b *bench) rtt(from, to string) time.Duration {
 	return time.Duration(ms / b.o.speed * float64(time.Millisecond))
 }
 
-func (b *bench) prepareBaselines(dir, envoyBin string) error {
+func (b *bench) prepareBaselines(dir, envoyBin string) {
 	policies := map[string]string{LeastRequest: "LEAST_REQUEST", RingHash: "RING_HASH"}
 	for _, c := range b.o.configs {
 		lb, ok := policies[c]
@@ -235,14 +236,9 @@ func (b *bench) prepareBaselines(dir, envoyBin string) error {
 				eps = append(eps, baselineEndpoint{Address: e.Address, Priority: prio})
 			}
 			slices.SortFunc(eps, func(x, y baselineEndpoint) int { return cmp.Compare(x.Address, y.Address) })
-			n, err := newBaselineNode(dir, envoyBin, c, r, lb, eps)
-			if err != nil {
-				return err
-			}
-			b.baselines[c][r] = n
+			b.baselines[c][r] = newBaselineNode(dir, envoyBin, c, r, lb, eps)
 		}
 	}
-	return nil
 }
 
 // stopMeridian stops the control server, the sidecars and their Envoys.
