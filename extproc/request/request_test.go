@@ -218,11 +218,12 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 			Stream   json.RawMessage   `json:"stream"`
 			Messages []json.RawMessage `json:"messages"`
 		}
-		var generic any
-		stdErr := json.Unmarshal(body, &generic)
-		if stdErr != nil {
+		// Validity is JSON's syntax: a number too large for a float64 (2.5e322222) is valid
+		// JSON, which encoding/json only refuses to decode into one, and which vLLM's
+		// Python parser reads as inf. Parse does not read such fields, and must not refuse them.
+		if !json.Valid(body) {
 			if err == nil {
-				t.Fatalf("encoding/json rejects %q (%v) but Parse accepted it", body, stdErr)
+				t.Fatalf("encoding/json finds %q invalid but Parse accepted it", body)
 			}
 			return
 		}
