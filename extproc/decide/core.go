@@ -678,8 +678,9 @@ type LoadTarget struct {
 }
 
 // LoadTargets appends to dst every engine of the current snapshot that has a share of
-// some model (EDS priority 0, not draining) and a published metrics URL, sorted by
-// address: the engines the picker weighs, and so the ones worth scraping.
+// some model (EDS priority 0, not draining) or is one of its overflow engines
+// (Config.OverflowEngines), and has a published metrics URL, sorted by address: the
+// engines the picker weighs, and so the ones worth scraping.
 func (c *Core) LoadTargets(dst []LoadTarget) []LoadTarget {
 	r := c.routing.Load()
 	if r == nil {

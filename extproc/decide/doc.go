@@ -12,8 +12,11 @@
 // The routing snapshot is the node's EDS view with every weight multiplied by the local
 // outlier penalty, one extproc/picker table per model (weighted rendezvous hashing with
 // bounded loads). Failover engines (EDS priority 1: no share, may be retried) follow the
-// picked ones in the destination list. What the sidecar scrapes of each engine's queue
-// (ObserveEngineLoad: the tokens its KV cache holds and its waiting requests, or its
+// picked ones in the destination list. The Config.OverflowEngines nearest of them that
+// the outlier guard does not penalize are also the table's overflow endpoints: a request
+// the picked engine would queue goes to the emptiest of them (picker.Config.OverflowAt;
+// Decision.Overflowed), listed once, first. What the sidecar scrapes of each engine's queue
+// (LoadTargets: those with a share and the overflow ones; ObserveEngineLoad: the tokens its KV cache holds and its waiting requests, or its
 // running plus waiting requests, beyond the core's own) counts as
 // other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
 // local cap (or past the share of it its priority may use: the top 20% of each cap is held
