@@ -133,3 +133,38 @@ func BenchmarkNewTable(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickOverflow is the overflow path at its most expensive: every ranked
+// endpoint is past Config.OverflowAt of its KV cache, so each Pick weighs all 8 overflow
+// endpoints (decide.DefaultOverflowEngines) and sends the request to one of them.
+func BenchmarkPickOverflow(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			loads := NewLoads()
+			eps := fleet(n+8, skewed)
+			for i := n; i < n+8; i++ {
+				eps[i].Overflow = true
+				eps[i].Address = fmt.Sprintf("10.9.0.%d:8000", i-n) // after the ranked ones in address order too
+			}
+			tb := mustTable(b, DefaultConfig(), eps, loads)
+			for i := range tb.Len() + tb.Overflows() {
+				loads.SetKVWritten(tb.Endpoint(i).Address, 0, 100_000)
+				if i < tb.Len() {
+					loads.SetObserved(tb.Endpoint(i).Address, 50_000)
+				}
+			}
+			ks := keys(1<<14, 19)
+			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r := tb.Pick(ks[i&(len(ks)-1)], 1_000, 0, dst)
+				if !r.Overflowed {
+					b.Fatal("no overflow")
+				}
+				dst = r.Order
+				i++
+			}
+		})
+	}
+}
