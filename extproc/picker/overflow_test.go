@@ -63,6 +63,20 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
 		t.Errorf("overflow engines at 21,000 after the request: order %v, want no overflow", r.Order)
 	}
+	// An overflow engine caches none of the prompt: even for a key with no home it is
+	// charged the request's work again. Ranked engines at 21,000 after the request, an
+	// overflow engine at 19,500: 1,500 less, but 500 more with the charge.
+	for i := range tb.Len() {
+		loads.SetObserved(tb.Endpoint(i).Address, 19_000)
+	}
+	loads.SetObserved(tb.Endpoint(near).Address, 17_500)
+	loads.SetObserved(tb.Endpoint(far).Address, 17_500)
+	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
+		t.Errorf("overflow engines 1,500 below the primary, less than the request's work: order %v, want no overflow", r.Order)
+	}
+	for i := range tb.Len() {
+		loads.SetObserved(tb.Endpoint(i).Address, 30_000)
+	}
 	loads.SetObserved(tb.Endpoint(near).Address, 0)
 	loads.SetObserved(tb.Endpoint(far).Address, 0)
 	// A key at home on the primary: an overflow engine is charged the move, and the key

@@ -242,8 +242,10 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 
 // overflow returns the overflow endpoint that should take the request instead of p, or -1:
 // see Config.OverflowAt. usual is the endpoint that holds the key's context among the
-// ranked ones (p is charged move unless it is usual); an overflow endpoint is charged
-// move unless it is the key's home.
+// ranked ones (p is charged move unless it is usual). An overflow endpoint other than the
+// key's home is charged move, or the request's own work if that is more: it is outside
+// the node's share, so it holds none of the prompt, where p may hold some of it through
+// other keys that share its first blocks.
 func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 	room := func(c *counter) float64 { return t.cfg.OverflowAt * float64(c.kc.Load()) }
 	held := t.ctr[p].load() + work
@@ -262,7 +264,7 @@ func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 			continue
 		}
 		if o != home {
-			w += move
+			w += max(move, work)
 		}
 		if w < cost {
 			best, cost = o, w
