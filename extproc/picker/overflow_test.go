@@ -31,9 +31,17 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	if tb.Endpoint(far).Engine != "far" || tb.Endpoint(near).Engine != "near" {
 		t.Fatalf("overflow endpoints %q, %q: want them in the order given", tb.Endpoint(far).Engine, tb.Endpoint(near).Engine)
 	}
-	for i := range tb.Len() {
-		loads.SetObserved(tb.Endpoint(i).Address, 17_000)
+	// observe sets what others hold on every ranked engine and on both overflow engines.
+	observe := func(ranked, overflow int64) {
+		for i := range tb.Len() + tb.Overflows() {
+			w := overflow
+			if i < tb.Len() {
+				w = ranked
+			}
+			loads.SetObserved(tb.Endpoint(i).Address, w)
+		}
 	}
+	observe(17_000, 0)
 	r := tb.Pick(key, work, 0, nil)
 	if r.Overflowed || r.Order[0] >= tb.Len() {
 		t.Fatalf("19,000 of 20,000 after the request: order %v overflowed %v, want a ranked primary", r.Order, r.Overflowed)
@@ -41,9 +49,7 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	primary := r.Order[0]
 	// Past the threshold on both ranked engines: the overflow engines, equally empty, take
 	// it, the first listed winning the tie, and the ranked ones follow as fallbacks.
-	for i := range tb.Len() {
-		loads.SetObserved(tb.Endpoint(i).Address, 30_000)
-	}
+	observe(30_000, 0)
 	r = tb.Pick(key, work, 0, nil)
 	if !r.Overflowed || !r.Spilled || r.Order[0] != far {
 		t.Fatalf("ranked engines at 32,000: order %v overflowed %v, want the far overflow engine %d first", r.Order, r.Overflowed, far)
@@ -58,27 +64,18 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 		t.Errorf("far engine holding 5,000: primary %d, want the near one %d", r.Order[0], near)
 	}
 	// An overflow engine that would pass its own threshold takes nothing.
-	loads.SetObserved(tb.Endpoint(near).Address, 19_000)
-	loads.SetObserved(tb.Endpoint(far).Address, 19_000)
+	observe(30_000, 19_000)
 	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
 		t.Errorf("overflow engines at 21,000 after the request: order %v, want no overflow", r.Order)
 	}
 	// An overflow engine caches none of the prompt: even for a key with no home it is
 	// charged the request's work again. Ranked engines at 21,000 after the request, an
 	// overflow engine at 19,500: 1,500 less, but 500 more with the charge.
-	for i := range tb.Len() {
-		loads.SetObserved(tb.Endpoint(i).Address, 19_000)
-	}
-	loads.SetObserved(tb.Endpoint(near).Address, 17_500)
-	loads.SetObserved(tb.Endpoint(far).Address, 17_500)
+	observe(19_000, 17_500)
 	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
 		t.Errorf("overflow engines 1,500 below the primary, less than the request's work: order %v, want no overflow", r.Order)
 	}
-	for i := range tb.Len() {
-		loads.SetObserved(tb.Endpoint(i).Address, 30_000)
-	}
-	loads.SetObserved(tb.Endpoint(near).Address, 0)
-	loads.SetObserved(tb.Endpoint(far).Address, 0)
+	observe(30_000, 0)
 	// A key at home on the primary: an overflow engine is charged the move, and the key
 	// stays unless the move still leaves it below the primary's work.
 	if r = tb.PickHome(key, work, 40_000, primary, nil); r.Overflowed {
