@@ -21,6 +21,7 @@ const (
 	logPrefixKey  = "prefix_key"
 	logPriority   = "priority"
 	logPassedOver = "passed_over_for_load"
+	logOverflowed = "overflowed"
 	logRetries    = "retries"
 	logRetryOn    = "retry_on"
 	logBudget     = "retry_budget"
@@ -30,16 +31,17 @@ const (
 // decisionMeta is one decision as dynamic metadata, every message in one allocation (it is
 // part of a steered answer, written once and then only read by gRPC's marshaling).
 type decisionMeta struct {
-	st   structpb.Struct
-	val  structpb.Value
-	kind structpb.Value_StructValue
-	vals [10]structpb.Value
-	strs [5]structpb.Value_StringValue
-	nums [4]structpb.Value_NumberValue
-	flag structpb.Value_BoolValue
-	n    int
-	ns   int
-	nn   int
+	st    structpb.Struct
+	val   structpb.Value
+	kind  structpb.Value_StructValue
+	vals  [11]structpb.Value
+	strs  [5]structpb.Value_StringValue
+	nums  [4]structpb.Value_NumberValue
+	flags [2]structpb.Value_BoolValue
+	n     int
+	ns    int
+	nn    int
+	nf    int
 }
 
 func (m *decisionMeta) str(k, v string) {
@@ -47,6 +49,14 @@ func (m *decisionMeta) str(k, v string) {
 	m.vals[m.n].Kind = &m.strs[m.ns]
 	m.st.Fields[k] = &m.vals[m.n]
 	m.ns++
+	m.n++
+}
+
+func (m *decisionMeta) flag(k string, v bool) {
+	m.flags[m.nf].BoolValue = v
+	m.vals[m.n].Kind = &m.flags[m.nf]
+	m.st.Fields[k] = &m.vals[m.n]
+	m.nf++
 	m.n++
 }
 
@@ -59,7 +69,8 @@ func (m *decisionMeta) num(k string, v float64) {
 }
 
 // fill writes d: where a steered request goes (engines in order, whether the key's first
-// engine was passed over for load, the retry grant) or why it was refused (the result names
+// engine was passed over for load, whether it overflowed to an engine outside the node's
+// share, the retry grant) or why it was refused (the result names
 // the shed reason; status is the sidecar's answer). It returns the namespace's value.
 func (m *decisionMeta) fill(d *decide.Decision, key uint64, engines string, status int) *structpb.Value {
 	m.st.Fields = make(map[string]*structpb.Value, len(m.vals))
@@ -74,10 +85,8 @@ func (m *decisionMeta) fill(d *decide.Decision, key uint64, engines string, stat
 		m.str(logRetryOn, d.RetryOn)
 		m.num(logRetries, float64(d.Retries))
 		m.num(logBudget, float64(d.Budget))
-		m.flag.BoolValue = d.Spilled
-		m.vals[m.n].Kind = &m.flag
-		m.st.Fields[logPassedOver] = &m.vals[m.n]
-		m.n++
+		m.flag(logPassedOver, d.Spilled)
+		m.flag(logOverflowed, d.Overflowed)
 	}
 	m.kind.StructValue = &m.st
 	m.val.Kind = &m.kind

@@ -24,7 +24,7 @@ func TestAnswersCarryTheDecisionForTheAccessLog(t *testing.T) {
 	d := decisionOf(r)
 	if d["result"] != "steered" || d["model"] != "llama" || d["engines"] != header(r, xdsapi.HeaderDestination) ||
 		d["prefix_key"] != header(r, xdsapi.HeaderPrefixHash) || d["retries"] != mustFloat(t, header(r, "x-envoy-max-retries")) ||
-		d["retry_on"] != header(r, "x-envoy-retry-on") || d["passed_over_for_load"] != false {
+		d["retry_on"] != header(r, "x-envoy-retry-on") || d["passed_over_for_load"] != false || d["overflowed"] != false {
 		t.Fatalf("steered decision %v does not match its answer's headers", d)
 	}
 	if _, ok := d["status"]; ok {

@@ -31,6 +31,9 @@ type Explained struct {
 	// least-work choice), or at its in-flight cap (outlier penalties act on the weights
 	// themselves, so a penalized engine is ranked lower, not passed over).
 	PassedOver bool `json:"passed_over_for_load"`
+	// Overflowed is set when the engine is one the node has no share of: the engines with
+	// a share would have queued the request (picker.overflow_at).
+	Overflowed bool `json:"overflowed"`
 	// Subset is set when a GIE gateway's subset hint restricted the pick.
 	Subset []string `json:"subset,omitempty"`
 	// Retries and RetryOn are the grant Envoy got; Budget what the retry budget allowed.
@@ -92,7 +95,7 @@ func (s *Server) explain(ctx context.Context, st *streamState, d *decide.Decisio
 	}
 	e := &Explained{At: s.clock.Now(), RequestID: st.requestID, Model: d.Model, Result: d.Verdict.String(),
 		key: s.key(&st.req), Priority: d.Priority, Engine: d.Engine, Destination: st.dest,
-		PassedOver: d.Spilled, Retries: d.Retries, RetryOn: d.RetryOn, Budget: d.Budget, Status: status}
+		PassedOver: d.Spilled, Overflowed: d.Overflowed, Retries: d.Retries, RetryOn: d.RetryOn, Budget: d.Budget, Status: status}
 	if st.hasSubset {
 		e.Subset = st.subset
 	}

@@ -22,6 +22,7 @@ const (
 	attrEngine     = "meridian.engine"
 	attrEngines    = "meridian.engines"
 	attrPassedOver = "meridian.passed_over_for_load"
+	attrOverflowed = "meridian.overflowed"
 	attrRetries    = "meridian.retries"
 	attrRetryOn    = "meridian.retry_on"
 	attrBudget     = "meridian.retry_budget"
@@ -44,6 +45,7 @@ func (s *Server) span(ctx context.Context, st *streamState, d *decide.Decision, 
 		attribute.String(attrEngine, d.Engine),
 		attribute.String(attrEngines, st.dest),
 		attribute.Bool(attrPassedOver, d.Spilled),
+		attribute.Bool(attrOverflowed, d.Overflowed),
 		attribute.Int(attrRetries, int(d.Retries)),
 		attribute.String(attrRetryOn, d.RetryOn),
 		attribute.Int(attrBudget, int(d.Budget)),
