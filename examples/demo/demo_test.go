@@ -64,8 +64,8 @@ func buildAll(dir string) error {
 
 // TestDemoRunsTheStory runs the demo for 12 s and checks that it exits 0 with a report
 // made of measurements: every phase saw answered requests with a TTFT, the surge raised
-// the busy region's rate, the slowed engine was the slowest of its region, and Envoy's
-// counters were read.
+// the busy region's rate, the slowed engine was the slowest of its region (or answered
+// nothing while slowed, having answered in steady), and Envoy's counters were read.
 func TestDemoRunsTheStory(t *testing.T) {
 	stack.RequireEnvoy(t)
 	dir := t.TempDir()
@@ -130,8 +130,13 @@ func checkReport(t *testing.T, r *report, topo *topology) {
 			peers = append(peers, v)
 		}
 	}
-	if slow.SlowEngine == "" || len(peers) == 0 || slow.All.EngineTTFTP50Ms[slow.SlowEngine] <= slices.Max(peers) {
-		t.Errorf("slow phase: engine %q TTFT p50 %v, peers %v: want the slowed engine slowest", slow.SlowEngine, slow.All.EngineTTFTP50Ms[slow.SlowEngine], peers)
+	// In a 12 s run the slow phase lasts about 2 s, and the sidecars may route around the
+	// slowed engine entirely (penalties, the least-work choice, overflow to the other
+	// region): then it answered nothing in the phase that it answered in steady.
+	avoided := slow.All.Engines[slow.SlowEngine] == 0 && r.Phases[0].All.Engines[slow.SlowEngine] > 0
+	if slow.SlowEngine == "" || len(peers) == 0 || (!avoided && slow.All.EngineTTFTP50Ms[slow.SlowEngine] <= slices.Max(peers)) {
+		t.Errorf("slow phase: engine %q TTFT p50 %v (%d answered; %d in steady), peers %v: want the slowed engine slowest, or avoided",
+			slow.SlowEngine, slow.All.EngineTTFTP50Ms[slow.SlowEngine], slow.All.Engines[slow.SlowEngine], r.Phases[0].All.Engines[slow.SlowEngine], peers)
 	}
 	if len(r.Findings) < 4 {
 		t.Errorf("findings %q: want one per act", r.Findings)
