@@ -50,6 +50,7 @@ type AccessDecision struct {
 	Priority   int    `json:"priority"`
 	Engines    string `json:"engines"`
 	PassedOver bool   `json:"passed_over_for_load"`
+	Overflowed bool   `json:"overflowed"`
 	Retries    int    `json:"retries"`
 	RetryOn    string `json:"retry_on"`
 	Budget     int    `json:"retry_budget"`
