@@ -667,9 +667,15 @@ func (c *Core) firstLook(addr string, written bool) {
 	}
 }
 
-// ForgetEngineLoad drops the engine's observed load (its scrape failed): the least-work
-// choice sees only this core's own requests there until the next observation.
-func (c *Core) ForgetEngineLoad(addr string) { c.loads.SetObserved(addr, 0) }
+// ForgetEngineLoad drops the engine's observed load and KV-cache counters (its scrape
+// failed): the least-work choice sees only this core's own requests there until the next
+// observation, and until then the engine neither takes overflow (an engine that cannot be
+// scraped, often one overloaded or down, would look empty) nor lets requests overflow
+// from it, and its homes do not expire.
+func (c *Core) ForgetEngineLoad(addr string) {
+	c.loads.SetObserved(addr, 0)
+	c.loads.SetKVWritten(addr, 0, 0)
+}
 
 // LoadTarget is an engine whose load gauges the sidecar scrapes.
 type LoadTarget struct {

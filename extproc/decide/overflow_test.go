@@ -94,3 +94,35 @@ func TestOverflowSendsWhatLocalEnginesWouldQueue(t *testing.T) {
 		t.Errorf("overflow_engines 0: overflowed to %s", d.Engine)
 	}
 }
+
+// An overflow engine whose scrape failed takes no overflow (it would look empty); a
+// subset hint keeps Overflowed true only when the engine it leaves first is an overflow
+// one, and never reaches an overflow engine but through the gate.
+func TestOverflowGuards(t *testing.T) {
+	c := overflowCore(t, 2)
+	busy := enginemetrics.Load{Running: 8, Waiting: 4, KVUsage: 0.9, KVTokens: 100_000}
+	idle := enginemetrics.Load{KVUsage: 0, KVTokens: 100_000}
+	c.ObserveEngineLoad("127.0.0.1:8000", busy)
+	c.ObserveEngineLoad("127.0.0.1:8001", busy)
+	c.ObserveEngineLoad("127.0.0.1:8003", idle)
+	c.ObserveEngineLoad("127.0.0.1:8004", idle)
+	req := Request{Model: "a", Key: 44, BodyBytes: 3000 * BytesPerToken}
+	c.ForgetEngineLoad("127.0.0.1:8003")
+	c.ForgetEngineLoad("127.0.0.1:8004")
+	if d := c.Route(req, make([]int, 0, 8)); d.Overflowed {
+		t.Errorf("overflow engines whose scrapes failed: overflowed to %s", d.Engine)
+	}
+	c.ObserveEngineLoad("127.0.0.1:8003", idle)
+	c.ObserveEngineLoad("127.0.0.1:8004", idle)
+
+	sub := req
+	sub.Key, sub.HasSubset, sub.Subset = 45, true, []string{"127.0.0.1:8000"}
+	if d := c.Route(sub, make([]int, 0, 8)); d.Verdict != Steer || d.Overflowed || d.Engine != "a0" {
+		t.Errorf("subset {a0}, an overflowing pick: engine %s overflowed %v, want a0 and not overflowed", d.Engine, d.Overflowed)
+	}
+	c2 := overflowCore(t, 2) // idle: no overflow, and a subset of only a failover engine is not routable
+	sub.Subset = []string{"127.0.0.1:8003"}
+	if d := c2.Route(sub, make([]int, 0, 8)); d.Verdict != NoEngine {
+		t.Errorf("subset {a3} with idle local engines: verdict %v engine %s, want no_engine (overflow only through its gate)", d.Verdict, d.Engine)
+	}
+}

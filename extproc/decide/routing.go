@@ -83,6 +83,11 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, overflo
 			slices.SortFunc(spare, func(a, b xdsapi.Endpoint) int {
 				return cmp.Or(cmp.Compare(a.RTTMillis, b.RTTMillis), strings.Compare(a.Address, b.Address))
 			})
+			ranked := make(map[string]bool, len(eps))
+			for _, ep := range eps {
+				ranked[ep.Address] = true
+			}
+			spare = slices.DeleteFunc(spare, func(e xdsapi.Endpoint) bool { return ranked[e.Address] })
 			for _, e := range spare[:min(overflow, len(spare))] {
 				eps = append(eps, picker.Endpoint{Address: e.Address, Engine: e.Engine, MaxInFlight: int64(e.MaxInFlight), Overflow: true})
 				if e.MetricsURL != "" {

@@ -24,7 +24,8 @@ func restrict(t *picker.Table, key uint64, res picker.Result, subset []string) (
 	}
 	if len(kept) == 0 {
 		for _, a := range subset {
-			if i, ok := t.Lookup(a); ok && !slices.Contains(kept, i) {
+			// Overflow endpoints come only through the picker's overflow gate.
+			if i, ok := t.Lookup(a); ok && i < t.Len() && !slices.Contains(kept, i) {
 				kept = append(kept, i)
 			}
 		}
@@ -54,6 +55,7 @@ func restrict(t *picker.Table, key uint64, res picker.Result, subset []string) (
 		}
 	}
 	res.Order = kept
+	res.Overflowed = kept[0] >= t.Len()
 	res.AtLimit = true
 	for _, i := range kept {
 		res.AtLimit = res.AtLimit && atCap(t, i)

@@ -53,6 +53,10 @@ func (c *counter) load() int64 { return c.w.Load() + c.x.Load() }
 // mutex; Start, Done and Pick use atomics.
 type Loads struct {
 	total counter
+	// over counts the requests started on overflow endpoints (Endpoint.Overflow), apart
+	// from total: they hold none of the shares bounded loads divide, nor the caps
+	// Table.Utilization sums.
+	over counter
 
 	mu     sync.Mutex
 	byAddr map[string]*counter
@@ -66,11 +70,13 @@ func NewLoads() *Loads {
 }
 
 // Total is the number of requests in flight across every address, including
-// addresses that have left the current table but still have requests running.
-func (l *Loads) Total() int64 { return l.total.n.Load() }
+// addresses that have left the current table but still have requests running, and
+// those sent to overflow endpoints.
+func (l *Loads) Total() int64 { return l.total.n.Load() + l.over.n.Load() }
 
-// TotalWork is the work in flight across every address, in the units given to Start.
-func (l *Loads) TotalWork() int64 { return l.total.w.Load() }
+// TotalWork is the work in flight across every address, in the units given to Start,
+// overflow endpoints' included.
+func (l *Loads) TotalWork() int64 { return l.total.w.Load() + l.over.w.Load() }
 
 // SetObserved records work that other routers hold on addr, as an outside view (the
 // engine's own queue, scraped) last saw it; it replaces the previous value, and 0 forgets

@@ -54,9 +54,12 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	if !r.Overflowed || !r.Spilled || r.Order[0] != far {
 		t.Fatalf("ranked engines at 32,000: order %v overflowed %v, want the far overflow engine %d first", r.Order, r.Overflowed, far)
 	}
-	// The list keeps its length (Fallbacks+1, here both ranked engines): the last goes.
-	if !slices.Equal(r.Order[1:], []int{primary}) {
-		t.Errorf("fallbacks %v: want the ranked primary %d, the list no longer than before", r.Order[1:], primary)
+	// The list holds at most Fallbacks+1 (4): both ranked engines follow, in the key's order.
+	if !slices.Equal(r.Order[1:], []int{primary, 1 - primary}) {
+		t.Errorf("fallbacks %v: want the ranked engines, %d first", r.Order[1:], primary)
+	}
+	if n := testing.AllocsPerRun(100, func() { r = tb.Pick(key, work, 0, r.Order[:0]) }); n != 0 {
+		t.Errorf("an overflowing Pick allocates %v times with room in dst", n)
 	}
 	// The emptier overflow engine wins.
 	loads.SetObserved(tb.Endpoint(far).Address, 5_000)
@@ -84,15 +87,22 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	if r = tb.PickHome(key, work, 20_000, primary, nil); !r.Overflowed {
 		t.Errorf("home holding 32,000, move 20,000: order %v, want overflow", r.Order)
 	}
-	// A key at home on an overflow engine goes back there uncharged, and a ranked engine
-	// then pays the move: with a move as large as the primary's work, the home wins.
+	// A key at home on an overflow engine goes back there uncharged.
 	loads.SetObserved(tb.Endpoint(near).Address, 10_000)
 	if r = tb.PickHome(key, work, 40_000, near, nil); r.Order[0] != near {
 		t.Errorf("key at home on the near overflow engine (10,000): order %v, want it first", r.Order)
 	}
+	// Its home past the threshold, the key's context is on neither the ranked primary nor
+	// the far engine: both pay the move, and the emptier far engine takes it (were the
+	// primary not charged, 32,000 against the far engine's 2,000 + 35,000 would keep it).
+	loads.SetObserved(tb.Endpoint(near).Address, 19_000)
+	if r = tb.PickHome(key, work, 35_000, near, nil); r.Order[0] != far {
+		t.Errorf("home (near) full, move 35,000: order %v, want the far engine %d", r.Order, far)
+	}
 	// An overflow engine at its hard cap is never picked.
 	capped := testConfig()
 	capped.MaxInFlight = 1
+	observe(30_000, 0)
 	tc := mustTable(t, capped, []Endpoint{tb.Endpoint(0), tb.Endpoint(1), tb.Endpoint(far), tb.Endpoint(near)}, loads)
 	tkt := tc.Start(tc.Len(), 1)
 	tkt2 := tc.Start(tc.Len()+1, 1)
@@ -101,6 +111,38 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	}
 	tkt.Done()
 	tkt2.Done()
+}
+
+// Every ranked engine at its hard cap: an overflow engine with room takes the request
+// instead of the caller shedding it. Requests sent there count in the loads' total but
+// not in the ranked engines' utilization or bounded loads' denominator.
+func TestOverflowWhenTheRankedEnginesAreCapped(t *testing.T) {
+	const key = 0xfeed
+	loads := NewLoads()
+	tb := overflowFleet(t, loads)
+	cfg := testConfig()
+	cfg.MaxInFlight = 1
+	eps := []Endpoint{tb.Endpoint(0), tb.Endpoint(1), tb.Endpoint(2), tb.Endpoint(3)}
+	tc := mustTable(t, cfg, eps, loads)
+	a, b := tc.Start(0, 1_000), tc.Start(1, 1_000)
+	if u, _ := tc.Utilization(); u != 1 {
+		t.Fatalf("both ranked engines at their cap of 1: utilization %v, want 1", u)
+	}
+	r := tc.Pick(key, 2_000, 0, nil)
+	if r.AtLimit || !r.Overflowed || len(r.Order) != 1 || r.Order[0] < tc.Len() {
+		t.Fatalf("ranked engines capped, overflow engines idle: %+v, want one overflow engine and no AtLimit", r)
+	}
+	o := tc.Start(r.Order[0], 2_000)
+	a.Done()
+	b.Done()
+	if u, _ := tc.Utilization(); u != 0 || loads.Total() != 1 || loads.TotalWork() != 2_000 {
+		t.Errorf("one request on an overflow engine: utilization %v (want 0), total %d (want 1), work %d (want 2000)",
+			u, loads.Total(), loads.TotalWork())
+	}
+	o.Done()
+	if loads.Total() != 0 || loads.TotalWork() != 0 {
+		t.Errorf("after Done: total %d, work %d", loads.Total(), loads.TotalWork())
+	}
 }
 
 // Overflow needs what it compares: a known KV cache on the primary, overflow endpoints, a

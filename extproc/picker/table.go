@@ -18,7 +18,8 @@ type Table struct {
 	bound []float64  // (1+ε) × weight share
 	limit []int64    // hard cap; math.MaxInt64 when none
 	ctr   []*counter
-	total *counter
+	total *counter // requests on ranked endpoints (bounded loads' denominator)
+	over  *counter // requests on overflow endpoints
 	index map[string]int
 	byID  []int32 // counter id -> index + 1 (0: not in the table), for Homes; 4 bytes per id the Loads has given out
 
@@ -93,7 +94,8 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		limit:    make([]int64, len(eps)),
 		ctr:      loads.counters(eps),
 		total:    &loads.total,
-		index:    make(map[string]int, n),
+		over:     &loads.over,
+		index:    make(map[string]int, len(eps)),
 		k:        min(cfg.Candidates, max(n, 1)),
 		mask:     uint32(cfg.Buckets - 1),
 		shift:    uint(64 - log2(cfg.Buckets)),
@@ -218,6 +220,11 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 		dst = append(dst, int(c))
 	}
 	if len(dst) == 0 {
+		// Every ranked endpoint examined is at its hard cap: an overflow endpoint with room
+		// takes the request rather than the caller shedding it.
+		if o := t.overflow(-1, -1, work, move, home); o >= 0 {
+			return Result{Order: append(dst, o), Spilled: true, Overflowed: true}
+		}
 		return Result{Order: dst, Spilled: true, AtLimit: true}
 	}
 	if within > 1 {
@@ -230,8 +237,8 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 	}
 	if len(t.eps) > t.n {
 		if o := t.overflow(dst[0], usual, work, move, home); o >= 0 {
-			if len(dst) == t.want {
-				dst = dst[:len(dst)-1]
+			if len(dst) > t.cfg.Fallbacks { // the list holds at most Fallbacks+1
+				dst = dst[:t.cfg.Fallbacks]
 			}
 			dst = slices.Insert(dst, 0, o)
 			return Result{Order: dst, Spilled: true, Overflowed: true}
@@ -242,19 +249,24 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 
 // overflow returns the overflow endpoint that should take the request instead of p, or -1:
 // see Config.OverflowAt. usual is the endpoint that holds the key's context among the
-// ranked ones (p is charged move unless it is usual). An overflow endpoint other than the
-// key's home is charged move, or the request's own work if that is more: it is outside
-// the node's share, so it holds none of the prompt, where p may hold some of it through
-// other keys that share its first blocks.
+// ranked ones; p is charged move unless it is usual, and always when the key's home is
+// an overflow endpoint. An overflow endpoint other than the key's home is charged move, or
+// the request's own work if that is more: it is outside the node's share, so it holds
+// none of the prompt, where p may hold some of it through other keys that share its
+// first blocks. p is -1 when every ranked endpoint is at its hard cap: then any overflow
+// endpoint with room will do.
 func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 	room := func(c *counter) float64 { return t.cfg.OverflowAt * float64(c.kc.Load()) }
-	held := t.ctr[p].load() + work
-	if limit := room(t.ctr[p]); limit <= 0 || float64(held) <= limit {
-		return -1 // the primary holds the request without queueing it (or its cache is unknown)
-	}
-	cost := held
-	if p != usual {
-		cost += move
+	cost := int64(math.MaxInt64)
+	if p >= 0 {
+		held := t.ctr[p].load() + work
+		if limit := room(t.ctr[p]); limit <= 0 || float64(held) <= limit {
+			return -1 // the primary holds the request without queueing it (or its cache is unknown)
+		}
+		cost = held
+		if p != usual || home >= t.n {
+			cost += move
+		}
 	}
 	best := -1
 	for o := t.n; o < len(t.eps); o++ {
@@ -303,12 +315,15 @@ func (t *Table) leastWork(order []int, work, move int64, home int) {
 // returns the ticket that ends it.
 func (t *Table) Start(i int, work int64) Ticket {
 	work = max(work, 1)
-	c := t.ctr[i]
+	c, total := t.ctr[i], t.total
+	if i >= t.n {
+		total = t.over
+	}
 	c.n.Add(1)
 	c.w.Add(work)
-	t.total.n.Add(1)
-	t.total.w.Add(work)
-	return Ticket{c: c, total: t.total, work: work}
+	total.n.Add(1)
+	total.w.Add(work)
+	return Ticket{c: c, total: total, work: work}
 }
 
 // Work is the work in flight on endpoint i, across all tables that share this table's
