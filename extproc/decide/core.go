@@ -449,42 +449,41 @@ func (c *Core) Route(req Request, buf []int) Decision {
 // AppendDestination appends the decision's endpoint list ("ip:port,ip:port"): the picked
 // engines, then failover engines, at most 1 + Fallbacks in all.
 func (d *Decision) AppendDestination(dst []byte) []byte {
-	m := d.route
-	dst = m.table.AppendAddrs(dst, d.Order)
-	for i, n := 0, len(d.Order); i < len(m.failover) && n < 1+d.fallbacks; i++ {
-		if d.Overflowed && d.listed(m.failover[i].address) {
-			continue
-		}
-		dst = append(append(dst, ','), m.failover[i].address...)
-		n++
+	dst = d.route.table.AppendAddrs(dst, d.Order)
+	for f := range d.failovers {
+		dst = append(append(dst, ','), f.address...)
 	}
 	return dst
-}
-
-// listed reports whether the picked engines include the one at addr.
-func (d *Decision) listed(addr string) bool {
-	for _, i := range d.Order {
-		if d.route.table.Endpoint(i).Address == addr {
-			return true
-		}
-	}
-	return false
 }
 
 // AppendEngines appends the names of the engines AppendDestination lists, in its order.
 func (d *Decision) AppendEngines(dst []string) []string {
-	m := d.route
 	for _, i := range d.Order {
-		dst = append(dst, m.table.Endpoint(i).Engine)
+		dst = append(dst, d.route.table.Endpoint(i).Engine)
 	}
-	for i, n := 0, len(d.Order); i < len(m.failover) && n < 1+d.fallbacks; i++ {
-		if d.Overflowed && d.listed(m.failover[i].address) {
-			continue
-		}
-		dst = append(dst, m.failover[i].engine)
-		n++
+	for f := range d.failovers {
+		dst = append(dst, f.engine)
 	}
 	return dst
+}
+
+// failovers yields the failover engines the destination lists after the picked ones, up
+// to 1 + Fallbacks engines in all; an overflow primary, a failover engine too, is not
+// listed twice.
+func (d *Decision) failovers(yield func(failover) bool) {
+	n := len(d.Order)
+	for _, f := range d.route.failover {
+		if n >= 1+d.fallbacks {
+			return
+		}
+		if d.Overflowed && d.route.table.Endpoint(d.Order[0]).Address == f.address {
+			continue
+		}
+		if !yield(f) {
+			return
+		}
+		n++
+	}
 }
 
 // EndStream tells the core that a request's proxy stream closed while its request may
