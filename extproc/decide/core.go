@@ -44,6 +44,15 @@ type Config struct {
 	// (picker.Config.OverflowAt); the sidecar scrapes their load gauges too. 0: none.
 	// See DefaultOverflowEngines.
 	OverflowEngines int
+	// QuotaAt holds the control server's shed fraction back from requests whose engine has
+	// room: a request is shed by the quota (ShedQuota) only when the engine its pick chose
+	// would hold, with it, more work than QuotaAt of its KV cache (picker.Table.CacheFill;
+	// the fraction picker.Config.OverflowAt compares). The plan sheds what its smoothed
+	// demand puts above the fleet's capacity, bursts included; the engines' own load says
+	// whether this request is part of what they cannot hold. A request whose engine states
+	// no KV cache is shed as the quota says. 0: the quota applies to every request. See
+	// DefaultQuotaAt.
+	QuotaAt float64
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
 	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
@@ -67,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.MoveFactor >= 0) || c.MoveFactor > maxMoveFactor {
 		errs = append(errs, fmt.Errorf("move factor is %v: want 0..%v", c.MoveFactor, maxMoveFactor))
+	}
+	if !(c.QuotaAt >= 0) || c.QuotaAt > maxQuotaAt {
+		errs = append(errs, fmt.Errorf("quota at is %v: want 0..%v (0: the quota sheds any request)", c.QuotaAt, maxQuotaAt))
 	}
 	if c.OverflowEngines < 0 || c.OverflowEngines > maxOverflowEngines {
 		errs = append(errs, fmt.Errorf("overflow engines is %d: want 0..%d", c.OverflowEngines, maxOverflowEngines))
@@ -165,6 +177,17 @@ const maxMoveFactor = 1000
 // regions of four, which the simulator's fleet has (docs/results/README.md has what
 // overflow measured there).
 const DefaultOverflowEngines = 8
+
+// DefaultQuotaAt is the shipped Config.QuotaAt: the control server's shed quota applies
+// once the request's engine would hold half its KV cache in work, two and a half times
+// the point where requests overflow to other regions' engines (picker.DefaultOverflowAt).
+// On the simulator (docs/results/README.md) 0.45 to 0.55 measured alike and above 0.3,
+// 0.65 and no hold on Azure's bursty arrivals, and level on Mooncake's.
+const DefaultQuotaAt = 0.5
+
+// maxQuotaAt bounds Config.QuotaAt: past a few caches' worth of work an engine has queued
+// its requests for many seconds.
+const maxQuotaAt = 4
 
 // maxOverflowEngines bounds Config.OverflowEngines: each is scraped by every sidecar.
 const maxOverflowEngines = 64
@@ -418,7 +441,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.fallbacks = len(res.Order) - 1 // failover engines outside the subset are not listed
 	}
 	atLimit := res.AtLimit || c.reserved(m.table, res.Order, d.Priority)
-	if sd := m.state.shed.Decide(d.Priority, atLimit); sd.Shed() {
+	if sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work)); sd.Shed() {
 		d.Verdict, d.RetryAfter = ShedQuota, sd.RetryAfter
 		if sd.Reason == guard.ShedLimit {
 			d.Verdict = ShedLimit
@@ -492,6 +515,17 @@ func (c *Core) EndStream(ticket string) {
 	if ticket != "" {
 		c.tickets.end(ticket)
 	}
+}
+
+// queued reports whether the request's primary would hold more than Config.QuotaAt of
+// its KV cache in work, or its cache size is unknown, or QuotaAt is 0: whether the
+// control server's shed quota may take it.
+func (c *Core) queued(t *picker.Table, order []int, work int64) bool {
+	if c.cfg.QuotaAt <= 0 || len(order) == 0 {
+		return true
+	}
+	fill, ok := t.CacheFill(order[0], work)
+	return !ok || fill > c.cfg.QuotaAt
 }
 
 // reservedShare is the part of every capped engine's in-flight cap held back from the

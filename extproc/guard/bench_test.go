@@ -33,7 +33,7 @@ func BenchmarkShedDecide(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				clk.Advance(time.Millisecond)
-				s.Decide("m", i&3, false)
+				s.Decide("m", i&3, false, true)
 				i++
 			}
 		})

@@ -214,10 +214,14 @@ func (s *Shedder) model(name string, now time.Time) *modelState {
 
 // Decide counts one arriving request of the model at the given priority and says
 // whether to shed it. atLimit is the picker's verdict that every candidate engine is
-// at its local limit: such a request is shed whatever its priority. Priorities
-// outside [0, Priorities-1] are treated as the nearest class.
-func (s *Shedder) Decide(model string, priority int, atLimit bool) Decision {
-	return s.Model(model).Decide(priority, atLimit)
+// at its local limit: such a request is shed whatever its priority. queued says the
+// engine the request would go to is loaded enough that the model's shed fraction may
+// take it: the fraction applies to such requests only. A request that is not queued is
+// admitted, and still counts as an arrival (in the demand Demand reports and in the
+// classes' shares of it). Priorities outside [0, Priorities-1] are treated as the
+// nearest class.
+func (s *Shedder) Decide(model string, priority int, atLimit, queued bool) Decision {
+	return s.Model(model).Decide(priority, atLimit, queued)
 }
 
 // ModelShedder decides for one model. The request path keeps one per model (it outlives
@@ -234,7 +238,7 @@ func (s *Shedder) Model(name string) ModelShedder {
 }
 
 // Decide is Shedder.Decide for this model.
-func (m ModelShedder) Decide(priority int, atLimit bool) Decision {
+func (m ModelShedder) Decide(priority int, atLimit, queued bool) Decision {
 	s, st := m.s, m.st
 	now := s.clock.Now()
 	p := min(max(priority, 0), s.cfg.Priorities-1)
@@ -247,7 +251,7 @@ func (m ModelShedder) Decide(priority int, atLimit bool) Decision {
 	switch {
 	case atLimit:
 		reason = ShedLimit
-	case st.fraction > 0 && st.quota(p, st.effective()):
+	case queued && st.fraction > 0 && st.quota(p, st.effective()):
 		reason = ShedQuota
 	}
 	if reason == Admit {

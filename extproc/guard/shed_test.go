@@ -61,7 +61,7 @@ func TestShedsLowestPriorityFirst(t *testing.T) {
 			for i := range warmup + n {
 				clk.Advance(time.Millisecond)
 				c := drawClass(r)
-				d := s.Decide("m", c, false)
+				d := s.Decide("m", c, false, true)
 				if i < warmup {
 					continue
 				}
@@ -96,12 +96,12 @@ func TestShedNothingUnlessAsked(t *testing.T) {
 	}
 	for i := range 5000 {
 		clk.Advance(time.Millisecond)
-		if d := s.Decide("m", i%4, false); d.Shed() {
+		if d := s.Decide("m", i%4, false, true); d.Shed() {
 			t.Fatalf("request %d shed (%v) with no fraction for its model", i, d.Reason)
 		}
 	}
 	// Every candidate at its local limit: shed even the most important request.
-	if d := s.Decide("m", 3, true); d.Reason != ShedLimit || d.RetryAfter != time.Second {
+	if d := s.Decide("m", 3, true, true); d.Reason != ShedLimit || d.RetryAfter != time.Second {
 		t.Fatalf("at limit: %+v, want ShedLimit with Retry-After 1s", d)
 	}
 	// Setting the fractions again replaces them: "other-model" goes back to 0.
@@ -110,9 +110,39 @@ func TestShedNothingUnlessAsked(t *testing.T) {
 	}
 	for range 1000 {
 		clk.Advance(time.Millisecond)
-		if s.Decide("other-model", 0, false).Shed() {
+		if s.Decide("other-model", 0, false, true).Shed() {
 			t.Fatal("model dropped from the policy is still shed")
 		}
+	}
+}
+
+// A request whose engine is not queued is admitted whatever the fraction; the fraction
+// falls on the queued ones, and every request counts in the demand.
+func TestShedOnlyQueued(t *testing.T) {
+	s, clk := newTestShedder(t)
+	if err := s.SetFractions(map[string]float64{"m": 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	queuedShed, queued := 0, 0
+	for i := range 30000 { // 30 s: six of the rates' half-lives
+		clk.Advance(time.Millisecond)
+		q := i%2 == 0
+		d := s.Decide("m", 0, false, q)
+		switch {
+		case !q && d.Shed():
+			t.Fatalf("request %d shed (%v) though its engine is not queued", i, d.Reason)
+		case q:
+			queued++
+			if d.Shed() {
+				queuedShed++
+			}
+		}
+	}
+	if got := float64(queuedShed) / float64(queued); math.Abs(got-0.25) > 0.01 {
+		t.Errorf("shed %.4f of the queued requests, want 0.25 ± 0.01", got)
+	}
+	if d := s.Demand(); len(d) != 1 || math.Abs(d[0].RequestsPerSecond-1000) > 50 {
+		t.Errorf("demand %+v, want model m at 1000 req/s (every arrival counts)", d)
 	}
 }
 
@@ -122,7 +152,7 @@ func TestShedDemandRates(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for range 30 * 200 { // 200 req/s for 30 s (six half-lives)
 		clk.Advance(5 * time.Millisecond)
-		s.Decide("m", drawClass(r), false)
+		s.Decide("m", drawClass(r), false, true)
 	}
 	d := s.Demand()
 	if len(d) != 1 || d[0].Model != "m" {
@@ -141,7 +171,7 @@ func TestShedModelsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		s.Decide(fmt.Sprintf("junk-%d", i), 0, false)
+		s.Decide(fmt.Sprintf("junk-%d", i), 0, false, true)
 	}
 	d := s.Demand()
 	if len(d) != 4 || d[0].Model != OtherModels { // 3 named + the shared entry
@@ -158,7 +188,7 @@ func TestShedConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				clk.Advance(time.Microsecond)
-				s.Decide([]string{"a", "b"}[(g+i)%2], i%4, false)
+				s.Decide([]string{"a", "b"}[(g+i)%2], i%4, false, true)
 				if i%500 == 0 {
 					_ = s.SetFractions(map[string]float64{"a": 0.5, "b": 0.1})
 					s.Demand()
@@ -212,7 +242,7 @@ func TestShedLiftsWhenArrivalsFall(t *testing.T) {
 		for elapsed := time.Duration(0); elapsed < d; elapsed += gap {
 			clk.Advance(gap)
 			n++
-			if s.Decide("m", n%4, false).Shed() {
+			if s.Decide("m", n%4, false, true).Shed() {
 				shed++
 			}
 		}

@@ -381,3 +381,16 @@ func (t *Table) AppendAddrs(dst []byte, order []int) []byte {
 	}
 	return dst
 }
+
+// CacheFill is the work endpoint i would hold with a request of the given work (its own
+// in flight plus what others were last observed to hold; see Pick), as a fraction of its
+// KV cache in tokens (Loads.SetKVWritten), and false when the cache's size is unknown.
+// Config.OverflowAt compares the same fraction.
+func (t *Table) CacheFill(i int, work int64) (float64, bool) {
+	c := t.ctr[i]
+	kc := c.kc.Load()
+	if kc <= 0 {
+		return 0, false
+	}
+	return float64(c.load()+max(work, 1)) / float64(kc), true
+}

@@ -37,7 +37,10 @@ type Config struct {
 	// OverflowEngines is how many engines outside the node's share may take a request its
 	// own engines would queue (decide.Config.OverflowEngines).
 	OverflowEngines int
-	Outliers        guard.OutlierConfig
+	// QuotaAt holds the control server's shed quota back from requests whose engine has
+	// room (decide.Config.QuotaAt).
+	QuotaAt  float64
+	Outliers guard.OutlierConfig
 	// Retry applies until the control server sends its own budget in a policy, which then
 	// wins (the control server's --retry-* flags set it).
 	Retry guard.RetryConfig
@@ -121,7 +124,7 @@ func DefaultConfig(log *slog.Logger) Config {
 func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
 		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor,
-		OverflowEngines: c.OverflowEngines, Log: c.Log}
+		OverflowEngines: c.OverflowEngines, QuotaAt: c.QuotaAt, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -258,6 +261,7 @@ type FileShed struct {
 	Priorities     int           `yaml:"priorities"`
 	RetryAfter     time.Duration `yaml:"retry_after"`
 	SheddableBelow int           `yaml:"sheddable_below"`
+	QuotaAt        float64       `yaml:"quota_at"`
 }
 
 // DefaultSpillFloor is the shipped picker.spill_floor: an engine keeps its keys while it
@@ -272,6 +276,7 @@ const (
 	maxMoveFactor       = 1000
 	maxOverflowAt       = 4
 	maxOverflowEngines  = 64
+	maxQuotaAt          = 4
 )
 
 // The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
@@ -298,7 +303,7 @@ func DefaultFile() File {
 		Outliers: FileOutliers{PenaltyRecoverHalfLife: 5 * time.Second},
 		Retry: FileRetry{MaxRetriesIdle: rt.Curve.MaxRetriesIdle, GenerousBelow: rt.Curve.GenerousBelow,
 			ZeroAt: rt.Curve.ZeroAt, RetryOn: rt.Curve.RetryOn, Ratio: rt.Ratio},
-		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter},
+		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter, QuotaAt: decide.DefaultQuotaAt},
 		Priority:       PriorityConfig{Default: 1, Header: "x-meridian-priority"},
 		EngineLoad:     EngineLoadConfig{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond},
 		Placements:     FilePlacements{ExchangeInterval: 200 * time.Millisecond},
@@ -386,6 +391,9 @@ func (f File) Validate() error {
 	if s.SheddableBelow < 0 || s.SheddableBelow > s.Priorities {
 		bad("shed.sheddable_below", "is %d: want 0..shed.priorities (%d)", s.SheddableBelow, s.Priorities)
 	}
+	if !(s.QuotaAt >= 0) || s.QuotaAt > maxQuotaAt {
+		bad("shed.quota_at", "is %v: want 0..%d (0: the quota sheds any request)", s.QuotaAt, maxQuotaAt)
+	}
 	if s.RetryAfter < time.Second || s.RetryAfter%time.Second != 0 {
 		bad("shed.retry_after", "is %s: want whole seconds >= 1s (Retry-After has no fractions)", s.RetryAfter)
 	}
@@ -458,6 +466,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		DecodeWork:        f.Picker.DecodeWorkTokens,
 		MoveFactor:        f.Picker.MoveFactor,
 		OverflowEngines:   f.Picker.OverflowEngines,
+		QuotaAt:           f.Shed.QuotaAt,
 		Outliers:          oc,
 		Retry:             f.retry(),
 		Shed:              sh,

@@ -35,6 +35,8 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		{"retry: {ratio: 2}", "retry.ratio is 2"},
 		{"shed: {priorities: 100}", "shed.priorities is 100"},
 		{"shed: {retry_after: 1500ms}", "shed.retry_after is 1.5s"},
+		{"shed: {quota_at: -0.5}", "shed.quota_at is -0.5"},
+		{"shed: {quota_at: 4.5}", "shed.quota_at is 4.5"},
 		{"priority: {default: 9}", "priority.default must be in [0, shed.priorities=4)"},
 		{"priority: {header: \"X Bad\"}", "priority.header \"X Bad\""},
 		{"priority: {api_keys: {nothex: 1}}", "priority.api_keys: key \"nothex\""},
@@ -72,7 +74,7 @@ request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, body_limit_bytes
 picker: {fallbacks: 3, bounded_load_epsilon: 0.5, max_in_flight: 7, decode_work_tokens: 99, spill_floor: 6, move_factor: 1.5, overflow_at: 0.35, overflow_engines: 3}
 outliers: {penalty_recover_half_life: 9s}
 retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
-shed: {priorities: 6, retry_after: 2s}
+shed: {priorities: 6, retry_after: 2s, quota_at: 0.75}
 priority: {default: 5, header: x-tier}
 engine_load: {scrape_interval: 200ms, scrape_timeout: 150ms}
 placements: {exchange_interval: 400ms}
@@ -89,9 +91,9 @@ report_interval: 3s
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),
 		c.EngineLoad.Interval.String(), c.EngineLoad.Timeout.String(), c.MoveFactor, c.Core().MoveFactor, c.PlacementInterval.String(),
-		c.Picker.OverflowAt, c.Core().OverflowEngines}
+		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt}
 	// spill_floor counts short requests: the picker's floor is 6 × decode_work_tokens of work.
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])

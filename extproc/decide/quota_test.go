@@ -1,0 +1,75 @@
+package decide
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/meridian-router/meridian/enginemetrics"
+	"github.com/meridian-router/meridian/extproc/guard"
+	"github.com/meridian-router/meridian/extproc/guard/guardtest"
+	"github.com/meridian-router/meridian/extproc/picker"
+	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
+)
+
+func quotaCore(t *testing.T, quotaAt float64) *Core {
+	t.Helper()
+	pk := picker.DefaultConfig()
+	pk.Buckets = 1 << 10
+	c, err := New(Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
+		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
+		MoveFactor: DefaultMoveFactor, QuotaAt: quotaAt, Log: slog.New(slog.DiscardHandler)}, guardtest.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(overflowView()); err != nil {
+		t.Fatal(err)
+	}
+	// The control server asks to shed every request of model a.
+	if err := c.ApplyPolicy(&meridianv1.Policy{Version: "v", Shed: []*meridianv1.ModelShed{{Model: "a", Fraction: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The control server's shed quota takes only requests whose engine would hold more than
+// QuotaAt of its KV cache in work; with QuotaAt 0, or an engine that states no cache, it
+// takes every request it asks for.
+func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
+	local := []string{"127.0.0.1:8000", "127.0.0.1:8001"}
+	route := func(c *Core, key uint64) Decision {
+		return c.Route(Request{Model: "a", Key: key, BodyBytes: 2000 * BytesPerToken}, make([]int, 0, 8))
+	}
+	c := quotaCore(t, DefaultQuotaAt)
+	// Engines not scraped yet: their caches are unknown, so the quota applies as sent.
+	if d := route(c, 1); d.Verdict != ShedQuota {
+		t.Fatalf("caches unknown: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	// Both engines hold 10% of their caches: a 3,024-token request leaves them far below
+	// half, so the quota holds back.
+	for _, a := range local {
+		c.ObserveEngineLoad(a, enginemetrics.Load{Running: 2, KVUsage: 0.1, KVTokens: 100_000})
+	}
+	for key := uint64(2); key < 12; key++ {
+		if d := route(c, key); d.Verdict != Steer {
+			t.Fatalf("engines at 10%% of their caches: verdict %v, want %v", d.Verdict, Steer)
+		}
+	}
+	// Past half of their caches in work, the quota sheds again.
+	for _, a := range local {
+		c.ObserveEngineLoad(a, enginemetrics.Load{Running: 20, KVUsage: 0.6, KVTokens: 100_000})
+	}
+	if d := route(c, 12); d.Verdict != ShedQuota {
+		t.Fatalf("engines at 60%% of their caches: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	// quota_at 0: the quota takes requests whatever the engines hold.
+	c0 := quotaCore(t, 0)
+	for _, a := range local {
+		c0.ObserveEngineLoad(a, enginemetrics.Load{KVUsage: 0, KVTokens: 100_000})
+	}
+	if d := route(c0, 1); d.Verdict != ShedQuota {
+		t.Fatalf("quota_at 0, idle engines: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	if err := (Config{QuotaAt: -1, Log: slog.New(slog.DiscardHandler)}).Validate(); err == nil {
+		t.Error("QuotaAt -1 validated")
+	}
+}
