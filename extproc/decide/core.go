@@ -47,11 +47,12 @@ type Config struct {
 	// QuotaAt holds the control server's shed fraction back from requests whose engine has
 	// room: a request is shed by the quota (ShedQuota) only when the engine its pick chose
 	// would hold, with it, more work than QuotaAt of its KV cache (picker.Table.CacheFill;
-	// the fraction picker.Config.OverflowAt compares). The plan sheds what its smoothed
-	// demand puts above the fleet's capacity, bursts included; the engines' own load says
-	// whether this request is part of what they cannot hold. A request whose engine states
-	// no KV cache is shed as the quota says. 0: the quota applies to every request. See
-	// DefaultQuotaAt.
+	// the fraction picker.Config.OverflowAt compares), or held requests waiting at its last
+	// scrape (an engine whose batch is full of sequences queues with its cache nearly
+	// empty). The plan sheds what its smoothed demand puts above the fleet's capacity,
+	// bursts included; the engines' own load says whether this request is part of what
+	// they cannot hold. A request whose engine states no KV cache is shed as the quota
+	// says. 0: the quota applies to every request. See DefaultQuotaAt.
 	QuotaAt float64
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
@@ -517,11 +518,15 @@ func (c *Core) EndStream(ticket string) {
 	}
 }
 
-// queued reports whether the request's primary would hold more than Config.QuotaAt of
-// its KV cache in work, or its cache size is unknown, or QuotaAt is 0: whether the
-// control server's shed quota may take it.
+// queued reports whether the control server's shed quota may take the request: its
+// primary held requests waiting (not scheduled into its batch) at the last scrape, or
+// would hold more than Config.QuotaAt of its KV cache in work, or states no cache; or
+// QuotaAt is 0.
 func (c *Core) queued(t *picker.Table, order []int, work int64) bool {
 	if c.cfg.QuotaAt <= 0 || len(order) == 0 {
+		return true
+	}
+	if t.Waiting(order[0]) > 0 {
 		return true
 	}
 	fill, ok := t.CacheFill(order[0], work)
@@ -667,6 +672,7 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	} else {
 		c.loads.SetKVWritten(addr, 0, 0)
 	}
+	c.loads.SetWaiting(addr, int64(l.Waiting))
 	var others float64
 	if held, ok := l.KVHeld(); ok {
 		others = held + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
@@ -707,6 +713,7 @@ func (c *Core) firstLook(addr string, written bool) {
 // from it, and its homes do not expire.
 func (c *Core) ForgetEngineLoad(addr string) {
 	c.loads.SetObserved(addr, 0)
+	c.loads.SetWaiting(addr, 0)
 	c.loads.SetKVWritten(addr, 0, 0)
 }
 

@@ -32,8 +32,8 @@ func quotaCore(t *testing.T, quotaAt float64) *Core {
 }
 
 // The control server's shed quota takes only requests whose engine would hold more than
-// QuotaAt of its KV cache in work; with QuotaAt 0, or an engine that states no cache, it
-// takes every request it asks for.
+// QuotaAt of its KV cache in work, or holds requests waiting; with QuotaAt 0, or an
+// engine that states no cache, it takes every request it asks for.
 func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
 	local := []string{"127.0.0.1:8000", "127.0.0.1:8001"}
 	route := func(c *Core, key uint64) Decision {
@@ -60,6 +60,20 @@ func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
 	}
 	if d := route(c, 12); d.Verdict != ShedQuota {
 		t.Fatalf("engines at 60%% of their caches: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	// An engine that holds requests waiting queues them whatever its cache holds (its batch
+	// is full of sequences): the quota sheds again; once the scrape fails, it is unknown.
+	for _, a := range local {
+		c.ObserveEngineLoad(a, enginemetrics.Load{Running: 2, Waiting: 3, KVUsage: 0.01, KVTokens: 100_000})
+	}
+	if d := route(c, 13); d.Verdict != ShedQuota {
+		t.Fatalf("engines holding requests waiting: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	for _, a := range local {
+		c.ObserveEngineLoad(a, enginemetrics.Load{Running: 2, KVUsage: 0.01, KVTokens: 100_000})
+	}
+	if d := route(c, 14); d.Verdict != Steer {
+		t.Fatalf("engines with room and no queue: verdict %v, want %v", d.Verdict, Steer)
 	}
 	// quota_at 0: the quota takes requests whatever the engines hold.
 	c0 := quotaCore(t, 0)

@@ -14,8 +14,11 @@ type counter struct {
 	// kw and kc are the tokens the engine has written into its KV cache and the cache's
 	// capacity, as last observed (SetKVWritten; kc 0: unknown), for Homes' expiry.
 	kw, kc atomic.Int64
-	id     uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
-	_      [20]byte
+	// q is the requests the engine was last observed to hold waiting, not yet scheduled
+	// (SetWaiting).
+	q  atomic.Int64
+	id uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
+	_  [12]byte
 }
 
 // stamp is what Homes stores with a placement on this endpoint of a prompt of tokens: the
@@ -117,6 +120,15 @@ func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 	if c := l.observer(addr, capacity != 0); c != nil {
 		c.kw.Store(written)
 		c.kc.Store(capacity)
+	}
+}
+
+// SetWaiting records the requests the engine at addr was last observed to hold waiting
+// (vllm:num_requests_waiting): requests it has not scheduled into its running batch.
+func (l *Loads) SetWaiting(addr string, n int64) {
+	n = max(n, 0)
+	if c := l.observer(addr, n != 0); c != nil {
+		c.q.Store(n)
 	}
 }
 

@@ -394,3 +394,6 @@ func (t *Table) CacheFill(i int, work int64) (float64, bool) {
 	}
 	return float64(c.load()+max(work, 1)) / float64(kc), true
 }
+
+// Waiting is the requests endpoint i was last observed to hold waiting (Loads.SetWaiting).
+func (t *Table) Waiting(i int) int64 { return t.ctr[i].q.Load() }
