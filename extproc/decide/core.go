@@ -391,6 +391,9 @@ type Decision struct {
 	// Overflowed is set when the primary is an engine the node gives no share: the
 	// engines with a share would have queued the request (picker.Config.OverflowAt).
 	Overflowed bool
+	// QuotaHeld is set when the control server asks to shed a share of the model's
+	// requests and this one was admitted because its engine had room (Config.QuotaAt).
+	QuotaHeld bool
 	// Priority is the request's class, clamped to the configured classes.
 	Priority int
 	// RetryAfter is the wait a shed answer asks for.
@@ -442,14 +445,15 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.fallbacks = len(res.Order) - 1 // failover engines outside the subset are not listed
 	}
 	atLimit := res.AtLimit || c.reserved(m.table, res.Order, d.Priority)
-	if sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work)); sd.Shed() {
+	sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work))
+	if sd.Shed() {
 		d.Verdict, d.RetryAfter = ShedQuota, sd.RetryAfter
 		if sd.Reason == guard.ShedLimit {
 			d.Verdict = ShedLimit
 		}
 		return d
 	}
-	d.Order, d.Spilled, d.Overflowed = res.Order, res.Spilled, res.Overflowed
+	d.Order, d.Spilled, d.Overflowed, d.QuotaHeld = res.Order, res.Spilled, res.Overflowed, sd.Held
 	primary := res.Order[0]
 	ep := m.table.Endpoint(primary)
 	d.Engine = ep.Engine

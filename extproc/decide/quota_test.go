@@ -50,8 +50,8 @@ func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
 		c.ObserveEngineLoad(a, enginemetrics.Load{Running: 2, KVUsage: 0.1, KVTokens: 100_000})
 	}
 	for key := uint64(2); key < 12; key++ {
-		if d := route(c, key); d.Verdict != Steer {
-			t.Fatalf("engines at 10%% of their caches: verdict %v, want %v", d.Verdict, Steer)
+		if d := route(c, key); d.Verdict != Steer || !d.QuotaHeld {
+			t.Fatalf("engines at 10%% of their caches: verdict %v held %v, want %v and held", d.Verdict, d.QuotaHeld, Steer)
 		}
 	}
 	// Past half of their caches in work, the quota sheds again.

@@ -76,6 +76,10 @@ func (r ShedReason) String() string {
 // Decision is the verdict on one request.
 type Decision struct {
 	Reason ShedReason
+	// Held is set on an admitted request that the model's shed fraction would have
+	// weighed had its engine been queued (Decide's queued was false while the control
+	// server asks to shed a share of the model).
+	Held bool
 	// RetryAfter is set when the request is shed.
 	RetryAfter time.Duration
 }
@@ -255,7 +259,7 @@ func (m ModelShedder) Decide(priority int, atLimit, queued bool) Decision {
 		reason = ShedQuota
 	}
 	if reason == Admit {
-		return Decision{}
+		return Decision{Held: !queued && st.fraction > 0}
 	}
 	st.shed++
 	return Decision{Reason: reason, RetryAfter: s.cfg.RetryAfter}

@@ -96,8 +96,8 @@ func TestShedNothingUnlessAsked(t *testing.T) {
 	}
 	for i := range 5000 {
 		clk.Advance(time.Millisecond)
-		if d := s.Decide("m", i%4, false, true); d.Shed() {
-			t.Fatalf("request %d shed (%v) with no fraction for its model", i, d.Reason)
+		if d := s.Decide("m", i%4, false, i%2 == 0); d.Shed() || d.Held {
+			t.Fatalf("request %d shed (%v) or held (%v) with no fraction for its model", i, d.Reason, d.Held)
 		}
 	}
 	// Every candidate at its local limit: shed even the most important request.
@@ -129,8 +129,10 @@ func TestShedOnlyQueued(t *testing.T) {
 		q := i%2 == 0
 		d := s.Decide("m", 0, false, q)
 		switch {
-		case !q && d.Shed():
-			t.Fatalf("request %d shed (%v) though its engine is not queued", i, d.Reason)
+		case !q && (d.Shed() || !d.Held):
+			t.Fatalf("request %d: shed %v (%v), held %v; want admitted and held, its engine not queued", i, d.Shed(), d.Reason, d.Held)
+		case q && d.Held:
+			t.Fatalf("request %d held though its engine is queued", i)
 		case q:
 			queued++
 			if d.Shed() {

@@ -35,6 +35,7 @@ type metrics struct {
 	picks     metric.Int64Counter
 	spills    metric.Int64Counter
 	overflows metric.Int64Counter
+	held      metric.Int64Counter
 	retries   metric.Int64Histogram
 	sheds     metric.Int64Counter
 	latency   metric.Float64Histogram
@@ -70,12 +71,14 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [17]error
+	var errs [18]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
 	m.overflows, errs[16] = meter.Int64Counter("meridian_sidecar_overflows",
 		metric.WithDescription("Picks sent to an engine the node gives no share, because the engine picked would have queued them (picker.overflow_at)."))
+	m.held, errs[17] = meter.Int64Counter("meridian_sidecar_quota_held",
+		metric.WithDescription("Requests admitted while the control server asks to shed a share of their model, because their engine had room (shed.quota_at)."))
 	m.retries, errs[3] = meter.Int64Histogram("meridian_sidecar_retries_allowed", metric.WithDescription("x-envoy-max-retries granted per request."),
 		metric.WithExplicitBucketBoundaries(0, 1, 2, 3, 5))
 	m.sheds, errs[4] = meter.Int64Counter("meridian_sidecar_sheds", metric.WithDescription("Requests answered 503 by the sidecar, by model, reason and priority."))

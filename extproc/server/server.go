@@ -574,6 +574,9 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	if d.Overflowed {
 		s.metrics.overflows.Add(ctx, 1, s.metrics.opt("model", d.Model))
 	}
+	if d.QuotaHeld {
+		s.metrics.held.Add(ctx, 1, s.metrics.opt("model", d.Model))
+	}
 	return decision{steered: a}
 }
 
