@@ -21,7 +21,9 @@
 // other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
 // local cap (or past the share of it its priority may use: the top 20% of each cap is held
 // back from the lowest class, less for higher ones), or by the control server's shed
-// fraction for the model (guard.Shedder). The retry grant is the policy's utilization
+// fraction for the model (guard.Shedder), which takes only requests whose picked engine
+// would hold more than Config.QuotaAt of its KV cache in work or held requests waiting at
+// its last scrape (Decision.QuotaHeld marks the others). The retry grant is the policy's utilization
 // curve, cut to the credits of a token bucket; with no budget, a request may still move
 // once if it never reached an engine (RetryOnUnsent), which adds no load anywhere.
 //
