@@ -76,9 +76,9 @@ type Config struct {
 	// (its own requests' plus what others were last observed to hold), with the
 	// request's, passes OverflowAt × its KV capacity, the request goes to the overflow
 	// endpoint (Endpoint.Overflow) that would hold the least work after taking it, if that
-	// stays within OverflowAt × its own capacity and below what the primary would hold;
-	// one that is not the key's home is charged the move cost, or the request's work if
-	// that is more (it caches none of the prompt). 0 turns overflow off.
+	// is below what the primary would hold and its own KV capacity is known; one that is
+	// not the key's home is charged the move cost, or the request's work if that is more
+	// (it caches none of the prompt). 0 turns overflow off.
 	// DefaultOverflowAt is the shipped value.
 	OverflowAt float64
 }

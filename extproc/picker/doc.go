@@ -61,8 +61,10 @@
 // (the cache's size in tokens, as its scrape states it, stands for a time: it is about
 // proportional to the engine's prefill rate across GPUs), the request goes to the overflow
 // endpoint that would hold the least work, charged the move cost (at least the request's
-// own work: it caches none of the prompt) unless it is the key's home, if that engine stays under the same fraction of its own cache and holds less than
-// the primary would. This is the least-work choice extended, behind a gate, to engines
+// own work: it caches none of the prompt) unless it is the key's home, if that engine
+// would hold less than the primary and states its cache's size (the gate is the
+// primary's alone: when every region is past the threshold, the emptier engine still
+// takes the request). This is the least-work choice extended, behind a gate, to engines
 // outside the key's order; the gate keeps a key's traffic on its ranked engines while they
 // can start it, so affinity and the plan's shares hold in steady state.
 //

@@ -66,10 +66,28 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	if r = tb.Pick(key, work, 0, nil); r.Order[0] != near {
 		t.Errorf("far engine holding 5,000: primary %d, want the near one %d", r.Order[0], near)
 	}
-	// An overflow engine that would pass its own threshold takes nothing.
+	// The gate is the primary's: an overflow engine past its own threshold still takes the
+	// request while it would hold less than the primary (21,000 + the request's work
+	// against 32,000), and not once it would hold more (31,000 + 2,000).
 	observe(30_000, 19_000)
+	if r = tb.Pick(key, work, 0, nil); !r.Overflowed {
+		t.Errorf("overflow engines at 21,000 after the request, the primary at 32,000: order %v, want overflow", r.Order)
+	}
+	observe(30_000, 29_000)
 	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
-		t.Errorf("overflow engines at 21,000 after the request: order %v, want no overflow", r.Order)
+		t.Errorf("overflow engines at 33,000 with the charge, the primary at 32,000: order %v, want no overflow", r.Order)
+	}
+	// An overflow engine whose cache size is unknown (its scrape failed) takes nothing: it
+	// would look empty.
+	observe(30_000, 0)
+	for _, i := range []int{far, near} {
+		loads.SetKVWritten(tb.Endpoint(i).Address, 0, 0)
+	}
+	if r = tb.Pick(key, work, 0, nil); r.Overflowed {
+		t.Errorf("overflow engines' caches unknown: order %v, want no overflow", r.Order)
+	}
+	for _, i := range []int{far, near} {
+		loads.SetKVWritten(tb.Endpoint(i).Address, 0, 100_000)
 	}
 	// An overflow engine caches none of the prompt: even for a key with no home it is
 	// charged the request's work again. Ranked engines at 21,000 after the request, an
@@ -92,12 +110,18 @@ func TestOverflowTakesWhatTheEngineWouldQueue(t *testing.T) {
 	if r = tb.PickHome(key, work, 40_000, near, nil); r.Order[0] != near {
 		t.Errorf("key at home on the near overflow engine (10,000): order %v, want it first", r.Order)
 	}
-	// Its home past the threshold, the key's context is on neither the ranked primary nor
-	// the far engine: both pay the move, and the emptier far engine takes it (were the
-	// primary not charged, 32,000 against the far engine's 2,000 + 35,000 would keep it).
+	// Its home past its own threshold still takes the key while it holds less than the
+	// primary: the key's context is there.
 	loads.SetObserved(tb.Endpoint(near).Address, 19_000)
+	if r = tb.PickHome(key, work, 35_000, near, nil); r.Order[0] != near {
+		t.Errorf("home (near) at 21,000 with the request, move 35,000: order %v, want the near engine %d", r.Order, near)
+	}
+	// Its home fuller than the primary, the key's context is on neither the ranked primary
+	// nor the far engine: both pay the move, and the emptier far engine takes it (were the
+	// primary not charged, 32,000 against the far engine's 2,000 + 35,000 would keep it).
+	loads.SetObserved(tb.Endpoint(near).Address, 40_000)
 	if r = tb.PickHome(key, work, 35_000, near, nil); r.Order[0] != far {
-		t.Errorf("home (near) full, move 35,000: order %v, want the far engine %d", r.Order, far)
+		t.Errorf("home (near) at 42,000, move 35,000: order %v, want the far engine %d", r.Order, far)
 	}
 	// An overflow engine at its hard cap is never picked.
 	capped := testConfig()

@@ -253,14 +253,16 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 // an overflow endpoint. An overflow endpoint other than the key's home is charged move, or
 // the request's own work if that is more: it is outside the node's share, so it holds
 // none of the prompt, where p may hold some of it through other keys that share its
-// first blocks. p is -1 when every ranked endpoint is at its hard cap: then any overflow
-// endpoint with room will do.
+// first blocks. An overflow endpoint past its own threshold still takes the request if
+// it would hold less than p (the gate is p's: whether p would queue the request); one
+// whose cache size is unknown takes none (a failed scrape would make it look empty). p is
+// -1 when every ranked endpoint is at its hard cap: then any overflow endpoint below its
+// own cap will do.
 func (t *Table) overflow(p, usual int, work, move int64, home int) int {
-	room := func(c *counter) float64 { return t.cfg.OverflowAt * float64(c.kc.Load()) }
 	cost := int64(math.MaxInt64)
 	if p >= 0 {
 		held := t.ctr[p].load() + work
-		if limit := room(t.ctr[p]); limit <= 0 || float64(held) <= limit {
+		if limit := t.cfg.OverflowAt * float64(t.ctr[p].kc.Load()); limit <= 0 || float64(held) <= limit {
 			return -1 // the primary holds the request without queueing it (or its cache is unknown)
 		}
 		cost = held
@@ -271,10 +273,10 @@ func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 	best := -1
 	for o := t.n; o < len(t.eps); o++ {
 		c := t.ctr[o]
-		w := c.load() + work
-		if c.n.Load() >= t.limit[o] || float64(w) > room(c) {
+		if c.n.Load() >= t.limit[o] || c.kc.Load() <= 0 {
 			continue
 		}
+		w := c.load() + work
 		if o != home {
 			w += max(move, work)
 		}
