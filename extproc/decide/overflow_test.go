@@ -31,11 +31,20 @@ func overflowView() *xdsapi.View {
 
 func overflowCore(t *testing.T, engines int) *Core {
 	t.Helper()
+	return overflowViewCore(t, func(c *Config) { c.OverflowEngines = engines })
+}
+
+// overflowViewCore is a core with the shipped decision settings, as set changes them,
+// routing overflowView.
+func overflowViewCore(t *testing.T, set func(*Config)) *Core {
+	t.Helper()
 	pk := picker.DefaultConfig()
 	pk.Buckets = 1 << 10
-	c, err := New(Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
+	cfg := Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
 		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
-		MoveFactor: DefaultMoveFactor, OverflowEngines: engines, Log: slog.New(slog.DiscardHandler)}, guardtest.NewClock())
+		MoveFactor: DefaultMoveFactor, Log: slog.New(slog.DiscardHandler)}
+	set(&cfg)
+	c, err := New(cfg, guardtest.NewClock())
 	if err != nil {
 		t.Fatal(err)
 	}

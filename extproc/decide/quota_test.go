@@ -5,25 +5,12 @@ import (
 	"testing"
 
 	"github.com/meridian-router/meridian/enginemetrics"
-	"github.com/meridian-router/meridian/extproc/guard"
-	"github.com/meridian-router/meridian/extproc/guard/guardtest"
-	"github.com/meridian-router/meridian/extproc/picker"
 	meridianv1 "github.com/meridian-router/meridian/proto/meridian/v1"
 )
 
 func quotaCore(t *testing.T, quotaAt float64) *Core {
 	t.Helper()
-	pk := picker.DefaultConfig()
-	pk.Buckets = 1 << 10
-	c, err := New(Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
-		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
-		MoveFactor: DefaultMoveFactor, QuotaAt: quotaAt, Log: slog.New(slog.DiscardHandler)}, guardtest.NewClock())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Update(overflowView()); err != nil {
-		t.Fatal(err)
-	}
+	c := overflowViewCore(t, func(c *Config) { c.QuotaAt = quotaAt })
 	// The control server asks to shed every request of model a.
 	if err := c.ApplyPolicy(&meridianv1.Policy{Version: "v", Shed: []*meridianv1.ModelShed{{Model: "a", Fraction: 1}}}); err != nil {
 		t.Fatal(err)
@@ -62,7 +49,7 @@ func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
 		t.Fatalf("engines at 60%% of their caches: verdict %v, want %v", d.Verdict, ShedQuota)
 	}
 	// An engine that holds requests waiting queues them whatever its cache holds (its batch
-	// is full of sequences): the quota sheds again; once the scrape fails, it is unknown.
+	// is full of sequences): the quota sheds again, and holds back once the queue is gone.
 	for _, a := range local {
 		c.ObserveEngineLoad(a, enginemetrics.Load{Running: 2, Waiting: 3, KVUsage: 0.01, KVTokens: 100_000})
 	}

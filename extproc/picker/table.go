@@ -261,11 +261,10 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 	cost := int64(math.MaxInt64)
 	if p >= 0 {
-		held := t.ctr[p].load() + work
-		if limit := t.cfg.OverflowAt * float64(t.ctr[p].kc.Load()); limit <= 0 || float64(held) <= limit {
+		if fill, ok := t.CacheFill(p, work); !ok || fill <= t.cfg.OverflowAt {
 			return -1 // the primary holds the request without queueing it (or its cache is unknown)
 		}
-		cost = held
+		cost = t.ctr[p].load() + work
 		if p != usual || home >= t.n {
 			cost += move
 		}
