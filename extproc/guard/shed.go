@@ -78,7 +78,8 @@ type Decision struct {
 	Reason ShedReason
 	// Held is set on an admitted request that the model's shed fraction would have
 	// weighed had its engine been queued (Decide's queued was false while the control
-	// server asks to shed a share of the model).
+	// server asks to shed a share of the model and arrivals have not yet fallen to what
+	// that share leaves admitted).
 	Held bool
 	// RetryAfter is set when the request is shed.
 	RetryAfter time.Duration
@@ -251,15 +252,15 @@ func (m ModelShedder) Decide(priority int, atLimit, queued bool) Decision {
 	st.decayTo(now, s.cfg.RateHalfLife)
 	st.arrivals[p]++
 	st.recent++
-	reason := Admit
+	reason, eff := Admit, st.effective()
 	switch {
 	case atLimit:
 		reason = ShedLimit
-	case queued && st.fraction > 0 && st.quota(p, st.effective()):
+	case queued && eff > 0 && st.quota(p, eff):
 		reason = ShedQuota
 	}
 	if reason == Admit {
-		return Decision{Held: !queued && st.fraction > 0}
+		return Decision{Held: !queued && eff > 0}
 	}
 	st.shed++
 	return Decision{Reason: reason, RetryAfter: s.cfg.RetryAfter}

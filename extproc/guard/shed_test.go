@@ -146,6 +146,17 @@ func TestShedOnlyQueued(t *testing.T) {
 	if d := s.Demand(); len(d) != 1 || math.Abs(d[0].RequestsPerSecond-1000) > 50 {
 		t.Errorf("demand %+v, want model m at 1000 req/s (every arrival counts)", d)
 	}
+	// The fraction set now leaves 750 req/s admitted. Once arrivals fall to 100 req/s the
+	// quota weighs nothing: a request on an engine with room is no longer held.
+	if err := s.SetFractions(map[string]float64{"m": 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 { // 30 s at 100 req/s
+		clk.Advance(10 * time.Millisecond)
+		if d := s.Decide("m", 0, false, false); i >= 1000 && d.Held {
+			t.Fatalf("request %d held at 100 req/s, below the 750 req/s the fraction leaves admitted", i)
+		}
+	}
 }
 
 func TestShedDemandRates(t *testing.T) {
