@@ -137,9 +137,12 @@ type Capacity struct {
 	ShedRate        float64 `json:"shed_rate"`
 	WeightChurn     float64 `json:"weight_churn"`
 	MaxShareStep    float64 `json:"max_share_step"`
-	TTFTP50         float64 `json:"ttft_p50_ms"`
-	TTFTP90         float64 `json:"ttft_p90_ms"`
-	ITLP50          float64 `json:"itl_p50_ms"`
+	// SteadyWeightChurn and SteadyMaxShareStep leave out the run's warm-up (Result's).
+	SteadyWeightChurn  float64 `json:"steady_weight_churn"`
+	SteadyMaxShareStep float64 `json:"steady_max_share_step"`
+	TTFTP50            float64 `json:"ttft_p50_ms"`
+	TTFTP90            float64 `json:"ttft_p90_ms"`
+	ITLP50             float64 `json:"itl_p50_ms"`
 	// MissedTTFT and MissedITL count the completed requests that missed the SLO on TTFT
 	// and (with TTFT met) on inter-token latency, at the capacity.
 	MissedTTFT int `json:"missed_ttft"`
@@ -282,6 +285,7 @@ func (s *search) finish(out Capacity, best *Result, bracketed bool) Capacity {
 	if best != nil {
 		out.SLOAttainment, out.KVHitRate, out.ShedRate = best.SLOAttainment, best.KVHitRate, best.ShedRate
 		out.WeightChurn, out.MaxShareStep = best.WeightChurn, best.MaxShareStep
+		out.SteadyWeightChurn, out.SteadyMaxShareStep = best.SteadyWeightChurn, best.SteadyMaxShareStep
 		out.TTFTP50, out.TTFTP90, out.ITLP50 = best.TTFTP50, best.TTFTP90, best.ITLP50
 		out.MissedTTFT, out.MissedITL = best.MissedTTFT, best.MissedITL
 	}

@@ -14,13 +14,13 @@ import (
 // Table renders results as a markdown table.
 func Table(results []Result, w *Workload) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| policy | requests | completed | shed | failed | TTFT p50 ms | p90 | p99 | ITL p50 ms | p99 | E2E p99 ms | SLO att. | SLO goodput rps | event SLO att. | event goodput rps | KV hit | bound | churn/min |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "\n| policy | requests | completed | shed | failed | TTFT p50 ms | p90 | p99 | ITL p50 ms | p99 | E2E p99 ms | SLO att. | SLO goodput rps | event SLO att. | event goodput rps | KV hit | bound | churn/min | steady churn/min |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %.1f | %.1f | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %.1f | %.1f | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
 			r.Policy, r.Requests, r.Completed, r.Shed, r.Failed, r.TTFTP50, r.TTFTP90, r.TTFTP99,
 			r.ITLP50, r.ITLP99, r.E2EP99, r.SLOAttainment, r.SLOGoodputRPS, r.Event.SLOAttainment, r.Event.SLOGoodputRPS,
-			r.KVHitRate, r.KVHitUpperBound, r.WeightChurn)
+			r.KVHitRate, r.KVHitUpperBound, r.WeightChurn, r.SteadyWeightChurn)
 	}
 	return b.String()
 }
@@ -59,7 +59,7 @@ func Report(results []Result, w *Workload, cfg *Config, command string, wall tim
 	b.WriteString("Event is the same for the requests the scenario acts on: region 0's, arriving in the middle third of the run (in steady, the same slice undisturbed). ")
 	b.WriteString("KV hit is prompt blocks served from an engine's prefix cache over all prompt blocks; ")
 	b.WriteString("bound is the same for an infinite cache shared by every engine. ")
-	b.WriteString("Churn is the share of each cluster's traffic that its weights moved per minute.\n\n")
+	b.WriteString("Churn is the share of each cluster's traffic that its weights moved per minute; steady churn is the same after the run's first minute (half the run if shorter), while the control server learns demand and the cache's savings.\n\n")
 	b.WriteString("![TTFT CDF](ttft_cdf.png)\n\n![Weights over time](weights.png)\n")
 	return b.String()
 }

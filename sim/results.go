@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -45,6 +46,11 @@ type Result struct {
 	// MaxShareStep is the largest share any engine's weight moved between two consecutive
 	// one-second samples, in any cluster.
 	MaxShareStep float64 `json:"max_share_step"`
+	// SteadyWeightChurn and SteadyMaxShareStep are WeightChurn and MaxShareStep in steady
+	// state: over the samples after the run's warm-up (warmUp), per minute of the rest of
+	// the span.
+	SteadyWeightChurn  float64 `json:"steady_weight_churn"`
+	SteadyMaxShareStep float64 `json:"steady_max_share_step"`
 	// SLOAttainment is the fraction of requests that met Config.SLO (shed and failed ones
 	// miss); zero when no SLO was set.
 	SLOAttainment float64 `json:"slo_attainment"`
@@ -179,6 +185,8 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 		Retries: rc.retries, TooLarge: rc.tooLarge,
 		TTFTs: rc.ttft, Samples: rc.samples,
 	}
+	steady, rest := steadySamples(rc.samples, w.Span)
+	res.SteadyWeightChurn, res.SteadyMaxShareStep = churn(steady, rest), maxShareStep(steady)
 	if rc.slo.set() && w.Span > 0 {
 		res.SLOGoodputRPS = float64(rc.good) / w.Span.Seconds()
 		for i := range w.Requests {
@@ -230,6 +238,21 @@ func churn(samples []WeightSample, span time.Duration) float64 {
 	}
 	clusters := float64(len(samples[0].W))
 	return moved / clusters / span.Minutes()
+}
+
+// warmUp is how long a run takes to leave its start behind: the control server begins
+// with weights by capacity and no demand known, and its slowest estimates (demand's
+// longest half-life, signals.Config.MaxDemandHalfLife, and the prefix cache's savings,
+// CacheHalfLife) take a minute to weigh what they see. Moves in that time are the plan
+// learning the workload, not the steady-state churn issue 14 bounds.
+const warmUp = time.Minute
+
+// steadySamples returns the samples at or after the warm-up (warmUp, or half the span
+// when that is shorter) and the span they cover.
+func steadySamples(samples []WeightSample, span time.Duration) ([]WeightSample, time.Duration) {
+	from := min(warmUp, span/2)
+	i, _ := slices.BinarySearchFunc(samples, from, func(s WeightSample, t time.Duration) int { return cmp.Compare(s.At, t) })
+	return samples[i:], span - from
 }
 
 // maxShareStep is the largest move of one engine's share between consecutive samples.
