@@ -36,6 +36,10 @@ type CapacityConfig struct {
 	StopBelow float64
 	// MaxRuns bounds the runs of one search.
 	MaxRuns int
+	// BelowCapacity, when > 0, ends each search with one more run at this fraction of the
+	// capacity found (issue 14: no shedding at or below 0.9x it), reported in
+	// Capacity.Below; 0: none.
+	BelowCapacity float64
 	// Workers is how many runs go at once (runs are independent; one per core).
 	Workers int
 }
@@ -43,7 +47,7 @@ type CapacityConfig struct {
 // DefaultCapacityConfig returns a search over base with the issue's parameters.
 func DefaultCapacityConfig(base Config) CapacityConfig {
 	return CapacityConfig{Base: base, Policies: PolicyNames, Deployments: []Deployment{DeployRegion},
-		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.03, StopBelow: 0.5, MaxRuns: 12, Workers: 2}
+		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.03, StopBelow: 0.5, MaxRuns: 12, BelowCapacity: 0.9, Workers: 2}
 }
 
 // Search bounds on the offered load, as a fraction of cold capacity. Below 1/16 a run's
@@ -94,6 +98,9 @@ func (c *CapacityConfig) Validate() error {
 	if !(c.Precision > 0 && c.Precision < 1) {
 		bad("Precision", "is %v, must be in (0, 1)", c.Precision)
 	}
+	if !(c.BelowCapacity >= 0 && c.BelowCapacity < 1) {
+		bad("BelowCapacity", "is %v, must be in [0, 1) (0: no run below the capacity)", c.BelowCapacity)
+	}
 	if c.MaxRuns < 2 {
 		bad("MaxRuns", "is %d, must be at least 2", c.MaxRuns)
 	}
@@ -110,6 +117,8 @@ type CapacityPoint struct {
 	SLOAttainment float64 `json:"slo_attainment"`
 	TTFTP50       float64 `json:"ttft_p50_ms"`
 	TTFTP90       float64 `json:"ttft_p90_ms"`
+	// ShedRate is the fraction of the run's requests the policy shed.
+	ShedRate float64 `json:"shed_rate"`
 	// Stopped: the run ended once its attainment was certain to be below the search's
 	// StopBelow, so its attainment is an upper bound and its latencies cover what finished
 	// by then.
@@ -149,6 +158,18 @@ type Capacity struct {
 	MissedITL  int `json:"missed_itl"`
 	// Points are the runs of the search in rate order.
 	Points []CapacityPoint `json:"points"`
+	// Below is the run at CapacityConfig.BelowCapacity of the capacity, when there was one.
+	Below *BelowCapacity `json:"below_capacity,omitempty"`
+}
+
+// BelowCapacity is what a policy did at a fixed fraction of its own capacity.
+type BelowCapacity struct {
+	Load          float64 `json:"load"`
+	OfferedRPS    float64 `json:"offered_rps"`
+	SLOAttainment float64 `json:"slo_attainment"`
+	Requests      int     `json:"requests"`
+	Shed          int     `json:"shed"`
+	ShedRate      float64 `json:"shed_rate"`
 }
 
 // CapacityProgress reports one finished run of a capacity search.
@@ -234,13 +255,33 @@ type search struct {
 
 func (s *search) run(ctx context.Context) (Capacity, error) {
 	out := Capacity{Policy: s.policy, Deployment: string(s.dep), Replicas: s.replicas()}
+	best, bracketed, err := s.bisect(ctx, &out)
+	if err != nil {
+		return out, err
+	}
+	out = s.finish(out, best, bracketed)
+	if f := s.c.BelowCapacity; f > 0 && out.CapacityLoad > 0 {
+		res, _, err := s.runAt(ctx, f*out.CapacityLoad)
+		if err != nil {
+			return out, err
+		}
+		out.Below = &BelowCapacity{Load: f * out.CapacityLoad, OfferedRPS: f * out.CapacityRPS,
+			SLOAttainment: res.SLOAttainment, Shed: res.Shed, Requests: res.Requests, ShedRate: res.ShedRate}
+	}
+	return out, nil
+}
+
+// bisect runs the search proper, appending its points to out, and returns the result at
+// the highest passing rate (nil if none passed) and whether a passing and a failing rate
+// bracket the capacity.
+func (s *search) bisect(ctx context.Context, out *Capacity) (*Result, bool, error) {
 	lo, hi := 0.0, math.Inf(1)
 	var best *Result
 	load := s.c.StartLoad
 	for range s.c.MaxRuns {
 		res, w, err := s.runAt(ctx, load)
 		if err != nil {
-			return out, err
+			return nil, false, err
 		}
 		pt := s.point(load, w, res)
 		out.Points = append(out.Points, pt)
@@ -254,22 +295,22 @@ func (s *search) run(ctx context.Context) (Capacity, error) {
 		switch {
 		case lo > 0 && !math.IsInf(hi, 1):
 			if hi/lo <= 1+s.c.Precision {
-				return s.finish(out, best, true), nil
+				return best, true, nil
 			}
 			load = math.Sqrt(lo * hi)
 		case lo > 0:
 			if load*2 > maxSearchLoad {
-				return s.finish(out, best, false), nil
+				return best, false, nil
 			}
 			load *= 2
 		default:
 			if load/2 < minSearchLoad {
-				return s.finish(out, best, true), nil
+				return best, true, nil
 			}
 			load /= 2
 		}
 	}
-	return s.finish(out, best, lo > 0 && !math.IsInf(hi, 1)), nil
+	return best, lo > 0 && !math.IsInf(hi, 1), nil
 }
 
 func (s *search) replicas() int {
@@ -328,6 +369,6 @@ func (s *search) runAt(ctx context.Context, load float64) (Result, *Workload, er
 // point summarizes one run.
 func (s *search) point(load float64, w *Workload, res Result) CapacityPoint {
 	return CapacityPoint{OfferedRPS: load * w.Capacity, Load: load, SLOAttainment: res.SLOAttainment,
-		TTFTP50: res.TTFTP50, TTFTP90: res.TTFTP90, Stopped: res.Stopped,
+		TTFTP50: res.TTFTP50, TTFTP90: res.TTFTP90, ShedRate: res.ShedRate, Stopped: res.Stopped,
 		Pass: !res.Stopped && res.SLOAttainment >= s.c.Target}
 }

@@ -25,8 +25,8 @@ func (c Capacity) label() string {
 // CapacityTable renders capacities as a markdown table.
 func CapacityTable(caps []Capacity) string {
 	var b strings.Builder
-	b.WriteString("\n| policy | deployment | replicas | capacity rps | x cold | SLO attainment | missed on TTFT | on ITL | KV hit | bound | shed | churn/min | max share step | steady churn/min | steady step | TTFT p50 ms | p90 | runs |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\n| policy | deployment | replicas | capacity rps | x cold | SLO attainment | missed on TTFT | on ITL | KV hit | bound | shed | churn/min | max share step | steady churn/min | steady step | TTFT p50 ms | p90 | runs | shed below capacity |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range caps {
 		rps := fmt.Sprintf("%.3f", c.CapacityRPS)
 		switch {
@@ -35,9 +35,13 @@ func CapacityTable(caps []Capacity) string {
 		case !c.Bracketed && len(c.Points) > 0:
 			rps = fmt.Sprintf("< %.3f", c.Points[0].OfferedRPS)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.3f | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %d |\n",
+		below := "-"
+		if c.Below != nil {
+			below = fmt.Sprintf("%d of %d at %.3f x cold", c.Below.Shed, c.Below.Requests, c.Below.Load)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.3f | %.3f | %d | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %d | %s |\n",
 			c.Policy, c.Deployment, c.Replicas, rps, c.CapacityLoad, c.SLOAttainment, c.MissedTTFT, c.MissedITL, c.KVHitRate,
-			c.KVHitUpperBound, c.ShedRate, c.WeightChurn, c.MaxShareStep, c.SteadyWeightChurn, c.SteadyMaxShareStep, c.TTFTP50, c.TTFTP90, len(c.Points))
+			c.KVHitUpperBound, c.ShedRate, c.WeightChurn, c.MaxShareStep, c.SteadyWeightChurn, c.SteadyMaxShareStep, c.TTFTP50, c.TTFTP90, len(c.Points), below)
 	}
 	return b.String()
 }
@@ -65,8 +69,11 @@ func WriteCapacity(dir string, caps []Capacity, cc *CapacityConfig, w *Workload,
 		100*cc.Target, slo.TTFTBase, slo.TTFTPerToken, slo.MaxITL)
 	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then bisecting to %.0f%%, at most %d runs; a run stops once its attainment is certain to be below %.2f. ",
 		cc.StartLoad, 100*cc.Precision, cc.MaxRuns, cc.StopBelow)
-	b.WriteString("The other columns are measured at the capacity (steady: after the run's first minute, or half the run if shorter; missed: completed requests that missed the TTFT bound, or met it and missed the inter-token bound). \">=\" marks a search that found no failing rate, \"<\" one whose lowest rate missed.\n")
+	fmt.Fprintf(&b, "The other columns are measured at the capacity (steady: after the run's first minute, or half the run if shorter; missed: completed requests that missed the TTFT bound, or met it and missed the inter-token bound). \">=\" marks a search that found no failing rate, \"<\" one whose lowest rate missed. Shed below capacity is one more run at %.2g x the capacity found (--capacity-below).\n", cc.BelowCapacity)
 	b.WriteString(CapacityTable(caps))
+	if ts := CapacityTargets(caps); len(ts) > 0 {
+		fmt.Fprintf(&b, "\n## Issue 14's targets\n\n%s", TargetTable(ts))
+	}
 	b.WriteString("\n![SLO attainment vs offered rate](capacity_slo.png)\n\n![TTFT vs offered rate](capacity_ttft.png)\n")
 	if err := os.WriteFile(filepath.Join(dir, "capacity.md"), []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write capacity.md: %w", err)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -60,13 +61,17 @@ func TestCapacitySearchFindsThePrefillBound(t *testing.T) {
 				above = true
 			}
 		}
+		// The search ends with one run at 0.9x the capacity, where the SLO holds.
+		if b := c.Below; b == nil || math.Abs(b.Load-0.9*c.CapacityLoad) > 1e-9 || b.SLOAttainment < cc.Target || b.Shed != 0 {
+			t.Errorf("%s: run below the capacity %+v, want one at 0.9 x %.3f meeting the SLO", c.Policy, b, c.CapacityLoad)
+		}
 		if !above || len(c.Points) > cc.MaxRuns {
 			t.Errorf("%s: no failing rate within %v above the capacity, or too many runs: %+v", c.Policy, cc.Precision, c.Points)
 		}
 	}
 	t.Logf("capacities %.3f %.3f", caps[0].CapacityRPS, caps[1].CapacityRPS)
-	if runs != len(caps[0].Points)+len(caps[1].Points) {
-		t.Errorf("progress reported %d runs of %d", runs, len(caps[0].Points)+len(caps[1].Points))
+	if runs != len(caps[0].Points)+len(caps[1].Points)+2 {
+		t.Errorf("progress reported %d runs of %d", runs, len(caps[0].Points)+len(caps[1].Points)+2)
 	}
 }
 

@@ -123,3 +123,71 @@ func TargetTable(ts []Target) string {
 	}
 	return b.String()
 }
+
+// Issue 14's capacity targets for meridian as shipped.
+const (
+	regionCapacityRatio = 1.25 // capacity per region >= 1.25x the best anchor's, same deployment
+	globalCapacityRatio = 1.0  // as one global pool: >= the best anchor's
+	maxSteadyShareStep  = 0.2  // no flips
+)
+
+// CapacityTargets evaluates issue 14's capacity targets for meridian-defaults on a
+// capacity search's results (those whose policies are present): its capacity against the
+// best anchor's per deployment (1.25x per region, 1.0x global); per region, its KV hit
+// rate at its capacity against that anchor's at its own, its steady-state churn against
+// the p-controller's at its own capacity, and its steady max share step; and no shedding
+// in the run at 0.9x its capacity (CapacityConfig.BelowCapacity), when the search made one.
+func CapacityTargets(caps []Capacity) []Target {
+	get := func(policy, dep string) (Capacity, bool) {
+		for _, c := range caps {
+			if c.Policy == policy && c.Deployment == dep {
+				return c, true
+			}
+		}
+		return Capacity{}, false
+	}
+	var out []Target
+	for _, dep := range []Deployment{DeployRegion, DeployGlobal} {
+		m, ok := get("meridian-defaults", string(dep))
+		if !ok {
+			continue
+		}
+		where := Scenario(fmt.Sprintf("capacity, %s x%d", dep, m.Replicas))
+		var best Capacity
+		for _, p := range anchors {
+			if a, ok := get(p, string(dep)); ok && a.CapacityRPS > best.CapacityRPS {
+				best = a
+			}
+		}
+		if best.Policy != "" {
+			want := regionCapacityRatio
+			if dep == DeployGlobal {
+				want = globalCapacityRatio
+			}
+			ratio := m.CapacityRPS / best.CapacityRPS
+			out = append(out, Target{where, fmt.Sprintf("meridian-defaults' capacity >= %.2fx the best anchor's", want),
+				fmt.Sprintf("%.3f vs %s %.3f req/s (%.2fx)", m.CapacityRPS, best.Policy, best.CapacityRPS, ratio),
+				m.Bracketed && ratio >= want})
+			if dep == DeployRegion {
+				out = append(out, Target{where, "KV hit rate at the capacity >= the best anchor's at its own",
+					fmt.Sprintf("%.3f vs %s %.3f", m.KVHitRate, best.Policy, best.KVHitRate), m.KVHitRate >= best.KVHitRate})
+			}
+		}
+		if dep != DeployRegion {
+			continue
+		}
+		if pc, ok := get("p-controller", string(dep)); ok {
+			out = append(out, Target{where, "steady-state churn at the capacity <= the p-controller's at its own",
+				fmt.Sprintf("%.3f vs %.3f shares/min (whole run %.3f vs %.3f)", m.SteadyWeightChurn, pc.SteadyWeightChurn,
+					m.WeightChurn, pc.WeightChurn),
+				m.SteadyWeightChurn <= pc.SteadyWeightChurn})
+		}
+		out = append(out, Target{where, fmt.Sprintf("steady-state max share step at the capacity <= %.1f", maxSteadyShareStep),
+			fmt.Sprintf("%.3f (whole run %.3f)", m.SteadyMaxShareStep, m.MaxShareStep), m.SteadyMaxShareStep <= maxSteadyShareStep})
+		if b := m.Below; b != nil {
+			out = append(out, Target{where, fmt.Sprintf("no shedding at %.2gx its capacity", b.Load/m.CapacityLoad),
+				fmt.Sprintf("%d of %d shed at %.3f req/s (%.3f x cold)", b.Shed, b.Requests, b.OfferedRPS, b.Load), b.Shed == 0})
+		}
+	}
+	return out
+}

@@ -54,3 +54,37 @@ func TestEventTargets(t *testing.T) {
 		}
 	}
 }
+
+// The capacity targets compare meridian-defaults with the best anchor of the same
+// deployment, and its steady churn with the p-controller's.
+func TestCapacityTargets(t *testing.T) {
+	c := func(policy string, dep Deployment, rps, hit, churn, step float64) Capacity {
+		return Capacity{Policy: policy, Deployment: string(dep), Replicas: 4, CapacityRPS: rps, CapacityLoad: rps / 10,
+			Bracketed: true, KVHitRate: hit, SteadyWeightChurn: churn, SteadyMaxShareStep: step}
+	}
+	caps := []Capacity{}
+	caps = append(caps,
+		c("llm-d", DeployRegion, 8, 0.5, 0, 0), c("dynamo", DeployRegion, 10, 0.3, 0, 0),
+		c("p-controller", DeployRegion, 3, 0, 0.2, 0.05),
+		c("meridian-defaults", DeployRegion, 12.6, 0.31, 0.1, 0.25),
+		c("dynamo", DeployGlobal, 11, 0.3, 0, 0), c("meridian-defaults", DeployGlobal, 10.9, 0.3, 0, 0))
+	caps[3].Below = &BelowCapacity{Load: 0.9 * 1.26, Requests: 1000, Shed: 3}
+	want := map[string]bool{
+		"capacity, region x4: meridian-defaults' capacity >= 1.25x the best anchor's":              true, // 12.6 vs dynamo's 10
+		"capacity, region x4: KV hit rate at the capacity >= the best anchor's at its own":         true, // dynamo's, not llm-d's 0.5
+		"capacity, region x4: steady-state churn at the capacity <= the p-controller's at its own": true,
+		"capacity, region x4: steady-state max share step at the capacity <= 0.2":                  false, // 0.25
+		"capacity, region x4: no shedding at 0.9x its capacity":                                    false, // 3 of 1000
+		"capacity, global x4: meridian-defaults' capacity >= 1.00x the best anchor's":              false, // 10.9 < 11
+	}
+	got := CapacityTargets(caps)
+	if len(got) != len(want) {
+		t.Fatalf("%d targets, want %d:\n%s", len(got), len(want), TargetTable(got))
+	}
+	for _, tg := range got {
+		key := string(tg.Scenario) + ": " + tg.What
+		if w, ok := want[key]; !ok || w != tg.Met {
+			t.Errorf("%s: met=%v (%s), want %v (known: %v)", key, tg.Met, tg.Measured, w, ok)
+		}
+	}
+}

@@ -37,19 +37,20 @@ type options struct {
 	quiet      bool
 	commandRec string
 
-	gpu         string
-	deployments []sim.Deployment
-	replicas    int
-	kvDelay     time.Duration
-	shedBacklog time.Duration
-	slo         sim.SLO
-	capacity    bool
-	target      float64
-	precision   float64
-	stopBelow   float64
-	startLoad   float64
-	maxRuns     int
-	workers     int
+	gpu           string
+	deployments   []sim.Deployment
+	replicas      int
+	kvDelay       time.Duration
+	shedBacklog   time.Duration
+	slo           sim.SLO
+	capacity      bool
+	target        float64
+	precision     float64
+	stopBelow     float64
+	belowCapacity float64
+	startLoad     float64
+	maxRuns       int
+	workers       int
 }
 
 const usage = `Usage: meridian-sim --trace FILE [flags]
@@ -124,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.stopBelow, "capacity-stop", 0.5, "--capacity: a run stops once its SLO attainment is certain to be below this (at most --slo-target)")
 	fs.Float64Var(&o.startLoad, "capacity-start", 0.5, "--capacity: first rate tried, as a fraction of cold capacity")
 	fs.IntVar(&o.maxRuns, "capacity-runs", 12, "--capacity: most runs per search")
+	fs.Float64Var(&o.belowCapacity, "capacity-below", 0.9, "--capacity: one more run per search at this fraction of the capacity found, for its shedding there (0: none)")
 	fs.IntVar(&o.workers, "workers", 2, "--capacity: runs at a time")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -349,7 +351,7 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 	cc := sim.DefaultCapacityConfig(base)
 	cc.Policies, cc.Deployments, cc.Replicas = o.policies, o.deployments, o.replicas
 	cc.Target, cc.Precision, cc.StartLoad, cc.MaxRuns, cc.Workers = o.target, o.precision, o.startLoad, o.maxRuns, o.workers
-	cc.StopBelow = o.stopBelow
+	cc.StopBelow, cc.BelowCapacity = o.stopBelow, o.belowCapacity
 	if err := cc.Validate(); err != nil {
 		return err
 	}
