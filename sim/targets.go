@@ -168,7 +168,7 @@ func CapacityTargets(caps []Capacity) []Target {
 			out = append(out, Target{where, fmt.Sprintf("meridian-defaults' capacity >= %.2fx the best anchor's", want),
 				fmt.Sprintf("%.3f vs %s %.3f req/s (%.2fx)", m.CapacityRPS, best.Policy, best.CapacityRPS, ratio),
 				m.Bracketed && ratio >= want})
-			if dep == DeployRegion {
+			if dep == DeployRegion && m.KVHitUpperBound > 0 { // a trace without prefixes hits nothing
 				out = append(out, Target{where, "KV hit rate at the capacity >= the best anchor's at its own",
 					fmt.Sprintf("%.3f vs %s %.3f", m.KVHitRate, best.Policy, best.KVHitRate), m.KVHitRate >= best.KVHitRate})
 			}

@@ -60,7 +60,7 @@ func TestEventTargets(t *testing.T) {
 func TestCapacityTargets(t *testing.T) {
 	c := func(policy string, dep Deployment, rps, hit, churn, step float64) Capacity {
 		return Capacity{Policy: policy, Deployment: string(dep), Replicas: 4, CapacityRPS: rps, CapacityLoad: rps / 10,
-			Bracketed: true, KVHitRate: hit, SteadyWeightChurn: churn, SteadyMaxShareStep: step}
+			Bracketed: true, KVHitRate: hit, KVHitUpperBound: 0.5, SteadyWeightChurn: churn, SteadyMaxShareStep: step}
 	}
 	caps := []Capacity{}
 	caps = append(caps,
