@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -72,6 +73,14 @@ func (d *RegionDelay) front(ctx context.Context, e *Engine, region string, rtt R
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target); r.Out.Host = r.In.Host },
 		FlushInterval: -1, // SSE: every chunk goes out as it comes
 		Transport:     &http.Transport{Proxy: nil, MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second},
+		// The default handler logs every error, among them the requests their client
+		// cancelled (a load loop's deadline, the stack stopping): those are no fault.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if !errors.Is(err, context.Canceled) {
+				slog.Warn("region delay: proxy to the engine failed", "engine", innerAddr, "err", err)
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if from := r.Header.Get(ClientRegionHeader); from != "" {
