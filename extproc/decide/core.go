@@ -75,11 +75,11 @@ func (c Config) Validate() error {
 	if c.DecodeWork < 0 {
 		errs = append(errs, fmt.Errorf("decode work is %d: want >= 0", c.DecodeWork))
 	}
-	if !(c.MoveFactor >= 0) || c.MoveFactor > maxMoveFactor {
-		errs = append(errs, fmt.Errorf("move factor is %v: want 0..%v", c.MoveFactor, maxMoveFactor))
+	if !(c.MoveFactor >= 0) || c.MoveFactor > MaxMoveFactor {
+		errs = append(errs, fmt.Errorf("move factor is %v: want 0..%v", c.MoveFactor, MaxMoveFactor))
 	}
-	if !(c.QuotaAt >= 0) || c.QuotaAt > maxQuotaAt {
-		errs = append(errs, fmt.Errorf("quota at is %v: want 0..%v (0: the quota sheds any request)", c.QuotaAt, maxQuotaAt))
+	if !(c.QuotaAt >= 0) || c.QuotaAt > MaxQuotaAt {
+		errs = append(errs, fmt.Errorf("quota at is %v: want 0..%v (0: the quota sheds any request)", c.QuotaAt, MaxQuotaAt))
 	}
 	if c.OverflowEngines < 0 || c.OverflowEngines > maxOverflowEngines {
 		errs = append(errs, fmt.Errorf("overflow engines is %d: want 0..%d", c.OverflowEngines, maxOverflowEngines))
@@ -171,8 +171,8 @@ func (c *Core) warmingUp(now time.Time) bool {
 // to 10 prompts measured alike and above 3 on H100 engines, the same on A100.
 const DefaultMoveFactor = 6
 
-// maxMoveFactor bounds Config.MoveFactor far above any useful value.
-const maxMoveFactor = 1000
+// MaxMoveFactor bounds Config.MoveFactor far above any useful value.
+const MaxMoveFactor = 1000
 
 // DefaultOverflowEngines is the shipped Config.OverflowEngines: the engines of two more
 // regions of four, which the simulator's fleet has (docs/results/README.md has what
@@ -186,9 +186,9 @@ const DefaultOverflowEngines = 8
 // 0.65 and no hold on Azure's bursty arrivals, and level on Mooncake's.
 const DefaultQuotaAt = 0.5
 
-// maxQuotaAt bounds Config.QuotaAt: past a few caches' worth of work an engine has queued
+// MaxQuotaAt bounds Config.QuotaAt: past a few caches' worth of work an engine has queued
 // its requests for many seconds.
-const maxQuotaAt = 4
+const MaxQuotaAt = 4
 
 // maxOverflowEngines bounds Config.OverflowEngines: each is scraped by every sidecar.
 const maxOverflowEngines = 64

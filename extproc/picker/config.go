@@ -93,9 +93,9 @@ type Config struct {
 // the Azure trace's capacity did not change.
 const DefaultOverflowAt = 0.2
 
-// maxOverflowAt bounds Config.OverflowAt: past a few caches' worth of queued work a
+// MaxOverflowAt bounds Config.OverflowAt: past a few caches' worth of queued work a
 // request waits for seconds before it overflows.
-const maxOverflowAt = 4
+const MaxOverflowAt = 4
 
 // DefaultEpsilon is the shipped bounded-load slack. The bound counts only this
 // process's own work, and a sidecar has a few LLM requests in flight, each up to a
@@ -153,8 +153,8 @@ func (c Config) Validate() error {
 	if c.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("picker: maxInFlight is %d: want >= 0 (0 means no cap)", c.MaxInFlight))
 	}
-	if !(c.OverflowAt >= 0) || c.OverflowAt > maxOverflowAt {
-		errs = append(errs, fmt.Errorf("picker: overflowAt is %v: want 0..%v (0 turns overflow off)", c.OverflowAt, maxOverflowAt))
+	if !(c.OverflowAt >= 0) || c.OverflowAt > MaxOverflowAt {
+		errs = append(errs, fmt.Errorf("picker: overflowAt is %v: want 0..%v (0 turns overflow off)", c.OverflowAt, MaxOverflowAt))
 	}
 	if c.MaxExamined < c.Fallbacks+1 || c.MaxExamined > MaxExamined {
 		errs = append(errs, fmt.Errorf("picker: maxExamined is %d: want %d..%d (at least fallbacks+1)",

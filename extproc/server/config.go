@@ -273,10 +273,7 @@ const DefaultSpillFloor = 6
 const (
 	maxDecodeWorkTokens = 1 << 24
 	maxSpillFloor       = 1 << 20
-	maxMoveFactor       = 1000
-	maxOverflowAt       = 4
 	maxOverflowEngines  = 64
-	maxQuotaAt          = 4
 )
 
 // The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
@@ -369,11 +366,11 @@ func (f File) Validate() error {
 	if p.SpillFloor < 0 || p.SpillFloor > maxSpillFloor {
 		bad("picker.spill_floor", "is %d: want 0..%d (0: none)", p.SpillFloor, maxSpillFloor)
 	}
-	if !(p.MoveFactor >= 0) || p.MoveFactor > maxMoveFactor {
-		bad("picker.move_factor", "is %v: want 0..%d (0: a move costs nothing)", p.MoveFactor, maxMoveFactor)
+	if !(p.MoveFactor >= 0) || p.MoveFactor > decide.MaxMoveFactor {
+		bad("picker.move_factor", "is %v: want 0..%d (0: a move costs nothing)", p.MoveFactor, decide.MaxMoveFactor)
 	}
-	if !(p.OverflowAt >= 0) || p.OverflowAt > maxOverflowAt {
-		bad("picker.overflow_at", "is %v: want 0..%d (0: no overflow)", p.OverflowAt, maxOverflowAt)
+	if !(p.OverflowAt >= 0) || p.OverflowAt > picker.MaxOverflowAt {
+		bad("picker.overflow_at", "is %v: want 0..%d (0: no overflow)", p.OverflowAt, picker.MaxOverflowAt)
 	}
 	if p.OverflowEngines < 0 || p.OverflowEngines > maxOverflowEngines {
 		bad("picker.overflow_engines", "is %d: want 0..%d (0: no overflow)", p.OverflowEngines, maxOverflowEngines)
@@ -391,8 +388,8 @@ func (f File) Validate() error {
 	if s.SheddableBelow < 0 || s.SheddableBelow > s.Priorities {
 		bad("shed.sheddable_below", "is %d: want 0..shed.priorities (%d)", s.SheddableBelow, s.Priorities)
 	}
-	if !(s.QuotaAt >= 0) || s.QuotaAt > maxQuotaAt {
-		bad("shed.quota_at", "is %v: want 0..%d (0: the quota sheds any request)", s.QuotaAt, maxQuotaAt)
+	if !(s.QuotaAt >= 0) || s.QuotaAt > decide.MaxQuotaAt {
+		bad("shed.quota_at", "is %v: want 0..%d (0: the quota sheds any request)", s.QuotaAt, decide.MaxQuotaAt)
 	}
 	if s.RetryAfter < time.Second || s.RetryAfter%time.Second != 0 {
 		bad("shed.retry_after", "is %s: want whole seconds >= 1s (Retry-After has no fractions)", s.RetryAfter)
