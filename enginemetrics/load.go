@@ -27,9 +27,26 @@ type Load struct {
 	KVTokens float64
 	// PrefixQueries and PrefixHits are vllm:prefix_cache_queries_total and
 	// vllm:prefix_cache_hits_total (prompt tokens looked up in the prefix cache, and found),
-	// GenerationTokens is vllm:generation_tokens_total; all summed over their series, and
-	// NaN when the engine exposes none of the counter's series.
-	PrefixQueries, PrefixHits, GenerationTokens float64
+	// GenerationTokens is vllm:generation_tokens_total; PromptTokens is
+	// vllm:prompt_tokens_total, which vLLM counts when a request's prefill ends (with its
+	// first output token); all summed over their series, and NaN when the engine exposes
+	// none of the counter's series.
+	PrefixQueries, PrefixHits, GenerationTokens, PromptTokens float64
+}
+
+// InPrefill is the prompt tokens of the requests the engine has scheduled whose prefill
+// has not ended: vLLM adds a prompt to vllm:prefix_cache_queries_total when it schedules
+// the request and to vllm:prompt_tokens_total when the request's first token comes out,
+// so the difference is the prompts in prefill (cached parts included; requests still
+// waiting are in neither). ok is false when the engine does not expose both counters.
+// The difference can drift up where an engine looks a prompt up more than once (a request
+// preempted and scheduled again); callers take it relative to an idle engine's.
+func (l Load) InPrefill() (float64, bool) {
+	d := l.PrefixQueries - l.PromptTokens
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		return 0, false
+	}
+	return d, true
 }
 
 // KVWritten is how many tokens the engine has written into its KV cache since it started:
@@ -69,6 +86,7 @@ var (
 	queriesName     = []byte("vllm:prefix_cache_queries_total")
 	hitsName        = []byte("vllm:prefix_cache_hits_total")
 	generationName  = []byte("vllm:generation_tokens_total")
+	promptName      = []byte("vllm:prompt_tokens_total")
 )
 
 // ParseLoad reads only the load gauges (and the KV-cache counters KVWritten sums) from a
@@ -79,7 +97,7 @@ var (
 // vLLM-compatible is not read as idle.
 func ParseLoad(r io.Reader) (Load, error) {
 	var l Load
-	var seenRunning, seenWaiting, seenQueries, seenHits, seenGeneration bool
+	var seenRunning, seenWaiting, seenQueries, seenHits, seenGeneration, seenPrompt bool
 	var usage float64
 	usageSeries := 0
 	sc := bufio.NewScanner(r)
@@ -104,6 +122,8 @@ func ParseLoad(r io.Reader) (Load, error) {
 			dst, seenHits = &l.PrefixHits, true
 		case seriesOf(line, generationName):
 			dst, seenGeneration = &l.GenerationTokens, true
+		case seriesOf(line, promptName):
+			dst, seenPrompt = &l.PromptTokens, true
 		case seriesOf(line, cacheConfigName):
 			l.KVTokens += cacheTokens(line) // one series per data-parallel engine
 			continue
@@ -125,7 +145,7 @@ func ParseLoad(r io.Reader) (Load, error) {
 	for _, c := range []struct {
 		seen bool
 		v    *float64
-	}{{seenQueries, &l.PrefixQueries}, {seenHits, &l.PrefixHits}, {seenGeneration, &l.GenerationTokens}} {
+	}{{seenQueries, &l.PrefixQueries}, {seenHits, &l.PrefixHits}, {seenGeneration, &l.GenerationTokens}, {seenPrompt, &l.PromptTokens}} {
 		if !c.seen {
 			*c.v = math.NaN()
 		}

@@ -150,3 +150,23 @@ func BenchmarkParse(b *testing.B) {
 		}
 	})
 }
+
+// The prompts in prefill: looked up when scheduled, counted as prompt tokens at the first
+// token; an engine without vllm:prompt_tokens_total states none.
+func TestParseLoadReadsThePromptsInPrefill(t *testing.T) {
+	text := "vllm:num_requests_running 3\n" +
+		`vllm:prefix_cache_queries_total{engine="0"} 9000` + "\n" +
+		`vllm:prompt_tokens_total{engine="0",model_name="m"} 6500` + "\n" +
+		"vllm:prompt_tokens_total_created 12\n" // another series name
+	l, err := ParseLoad(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := l.InPrefill(); !ok || p != 2500 {
+		t.Errorf("InPrefill = %v, %v; want 2500 (9000 looked up - 6500 past their first token)", p, ok)
+	}
+	l, err = ParseLoad(strings.NewReader("vllm:num_requests_running 1\nvllm:prefix_cache_queries_total 10\n"))
+	if _, ok := l.InPrefill(); err != nil || ok {
+		t.Errorf("no prompt counter: InPrefill ok %v (%v), want none", ok, err)
+	}
+}

@@ -233,7 +233,7 @@ func (r *run) handle(ev event) {
 			if s.up {
 				v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
 				v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
-				v.GenerationTokens = s.eng.GenerationTokens()
+				v.GenerationTokens, v.PromptTokens = s.eng.GenerationTokens(), s.eng.PromptTokens()
 			}
 			r.scrape.Engines[e] = v
 		}
@@ -358,7 +358,7 @@ func (r *run) tick() {
 		if s.up {
 			v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
 			v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
-			v.GenerationTokens = s.eng.GenerationTokens()
+			v.GenerationTokens, v.PromptTokens = s.eng.GenerationTokens(), s.eng.PromptTokens()
 			v.Stats = s.eng.Stats()
 		}
 		r.view.Engines[e] = v

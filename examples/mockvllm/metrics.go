@@ -39,7 +39,7 @@ func newMetricsHandler(name string, models []string, kv engine.Config, stats fun
 		prefixQueries:    d("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache."),
 		prefixHits:       d("vllm:prefix_cache_hits_total", "Prompt tokens served from the prefix cache."),
 		success:          d("vllm:request_success_total", "Requests that finished."),
-		promptTokens:     d("vllm:prompt_tokens_total", "Prompt tokens of finished requests."),
+		promptTokens:     d("vllm:prompt_tokens_total", "Prompt tokens of requests past their first token."),
 		generationTokens: d("vllm:generation_tokens_total", "Generated tokens of finished requests."),
 		ttft:             d("vllm:time_to_first_token_seconds", "Time to first token in seconds."),
 		itl:              d("vllm:inter_token_latency_seconds", "Time between output tokens in seconds."),

@@ -137,6 +137,10 @@ type Core struct {
 	caches       atomic.Int32
 	firstLooksMu sync.Mutex
 	firstLooks   map[string]struct{}
+	// prefillBase, under prefillMu, is each engine's Load.InPrefill when it was last seen
+	// idle (see inPrefill). ObserveEngineLoad writes it, off the request path.
+	prefillMu   sync.Mutex
+	prefillBase map[string]float64
 }
 
 // What the engines' KV caches held when the core started, as its first look at each
@@ -656,8 +660,11 @@ func (c *Core) InFlight() map[string]int64 {
 // work (the region's other sidecars), which the picker's least-work choice counts until
 // the next observation replaces it; bounded loads keep to the core's own. When the engine
 // states its KV cache's use and capacity (vLLM's kv_cache_usage_perc and
-// cache_config_info), its running requests weigh the tokens they hold and each waiting
-// one the mean work of this core's recent requests; otherwise every request, running or
+// cache_config_info), its running requests weigh the tokens they hold, those still in
+// prefill their prompts once more (Load.InPrefill, when the engine states it: a prompt
+// being prefilled delays every request that arrives behind it, where one decoding only
+// slows their steps), and each waiting one the mean work of this core's recent requests;
+// otherwise every request, running or
 // waiting, weighs that mean (DecodeWork before the core has routed any). The tokens a
 // request holds say what it costs, where a count prices a 100k-token prompt as a short
 // one (docs/results/README.md has what the difference measured). A result that is not a
@@ -679,7 +686,7 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	c.loads.SetWaiting(addr, int64(l.Waiting))
 	var others float64
 	if held, ok := l.KVHeld(); ok {
-		others = held + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
+		others = held + c.inPrefill(addr, l) + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
 	} else {
 		others = (l.Requests() - float64(c.loads.InFlight(addr))) * c.requestWork()
 	}
@@ -688,6 +695,28 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 		return
 	}
 	c.loads.SetObserved(addr, int64(math.Round(others)))
+}
+
+// inPrefill is the prompt tokens the engine at addr is prefilling (Load.InPrefill), above
+// what the same difference of counters was when the engine was last seen idle (nothing
+// running or waiting): a prompt vLLM looks up again (a preempted request) stays in the
+// difference, and an idle engine has nothing in prefill. 0 when the engine does not
+// state the counters.
+func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
+	d, ok := l.InPrefill()
+	if !ok {
+		return 0
+	}
+	c.prefillMu.Lock()
+	defer c.prefillMu.Unlock()
+	if l.Running == 0 && l.Waiting == 0 {
+		if c.prefillBase == nil {
+			c.prefillBase = map[string]float64{}
+		}
+		c.prefillBase[addr] = d
+		return 0
+	}
+	return max(d-c.prefillBase[addr], 0)
 }
 
 // firstLook records what the core's first look at an engine's KV-cache counters said
@@ -719,6 +748,9 @@ func (c *Core) ForgetEngineLoad(addr string) {
 	c.loads.SetObserved(addr, 0)
 	c.loads.SetWaiting(addr, 0)
 	c.loads.SetKVWritten(addr, 0, 0)
+	c.prefillMu.Lock()
+	delete(c.prefillBase, addr)
+	c.prefillMu.Unlock()
 }
 
 // LoadTarget is an engine whose load gauges the sidecar scrapes.

@@ -100,3 +100,37 @@ func TestObserveEngineLoadWeighsTheTokensHeld(t *testing.T) {
 		t.Errorf("1k tokens held, ours alone is 5k: observed %d for others", got)
 	}
 }
+
+// Prompts in prefill (looked up, no first token yet) weigh their tokens once more on top
+// of the cache they hold, counted from what the counters said when the engine was last
+// idle; an engine without vllm:prompt_tokens_total is weighed as before, and a failed
+// scrape forgets the idle mark.
+func TestObserveEngineLoadWeighsPromptsInPrefill(t *testing.T) {
+	c := placementCore(t)
+	d := route(t, c, 7)
+	ours := float64(placementPrompt + DefaultDecodeWork)
+	addr := addrOf(d.Engine)
+	nan := math.NaN()
+	load := func(running, queries, prompts float64) enginemetrics.Load {
+		return enginemetrics.Load{Running: running, KVUsage: 0.25, KVTokens: 100_000,
+			PrefixQueries: queries, PromptTokens: prompts, PrefixHits: 0, GenerationTokens: 0}
+	}
+	// Idle, with 3,000 prompt tokens looked up twice in the counters' past.
+	c.ObserveEngineLoad(addr, enginemetrics.Load{KVUsage: 0, KVTokens: 100_000, PrefixQueries: 53_000, PromptTokens: 50_000})
+	// Then 20k tokens scheduled, 12k of them past their first token: 8k in prefill.
+	c.ObserveEngineLoad(addr, load(3, 73_000, 62_000))
+	if got, want := c.ObservedLoad()[d.Engine], int64(25_000+8_000-ours); got != want {
+		t.Errorf("observed %d, want 25k held + 8k in prefill - our own %v = %d", got, ours, want)
+	}
+	c.ObserveEngineLoad(addr, load(3, 73_000, nan))
+	if got, want := c.ObservedLoad()[d.Engine], int64(25_000-ours); got != want {
+		t.Errorf("without the prompt counter: observed %d, want 25k held - our own = %d", got, want)
+	}
+	// After a failed scrape the idle mark is gone: the whole difference counts until the
+	// engine is seen idle again.
+	c.ForgetEngineLoad(addr)
+	c.ObserveEngineLoad(addr, load(3, 73_000, 62_000))
+	if got, want := c.ObservedLoad()[d.Engine], int64(25_000+11_000-ours); got != want {
+		t.Errorf("after a failed scrape: observed %d, want 25k held + 11k - our own = %d", got, want)
+	}
+}

@@ -10,7 +10,11 @@ type Stats struct {
 	// PrefixQueries and PrefixHits count prompt tokens looked up in and served from the
 	// prefix cache (vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total).
 	PrefixQueries, PrefixHits uint64
-	// Finished counts completed requests; PromptTokens and GenerationTokens are theirs.
+	// Finished counts completed requests and GenerationTokens their output tokens.
+	// PromptTokens counts the prompt tokens of every request that has produced its first
+	// token: vLLM's vllm:prompt_tokens_total grows when a request's prefill ends (its
+	// IterationStats count a prompt with the request's first output), so
+	// PrefixQueries - PromptTokens is the prompt tokens of the requests in prefill.
 	Finished, PromptTokens, GenerationTokens uint64
 	Steps                                    uint64
 	// TTFT, ITL and E2E are latency histograms in seconds, measured from arrival at the
