@@ -193,13 +193,13 @@ func (b *fixedBackend) generate(ctx context.Context, s *stream, prompt, output i
 		b.mu.Lock()
 		if i == 1 {
 			b.st.TTFT.Observe(now.Sub(start).Seconds())
+			b.st.PromptTokens += uint64(prompt) // at the first token, as vLLM counts them
 		} else {
 			b.st.ITL.Observe(now.Sub(last).Seconds())
 		}
 		if i == output {
 			b.st.E2E.Observe(now.Sub(start).Seconds())
 			b.st.Finished++
-			b.st.PromptTokens += uint64(prompt)
 			b.st.GenerationTokens += uint64(output)
 		}
 		b.mu.Unlock()

@@ -348,3 +348,33 @@ func TestMetricsStateTheKVCache(t *testing.T) {
 		t.Errorf("fixed-latency mock states %v KV tokens, want none", l.KVTokens)
 	}
 }
+
+// vllm:prompt_tokens_total counts a prompt once its first token is out, as vLLM's does,
+// not when the request finishes: the sidecar reads the prompts in prefill as
+// prefix_cache_queries_total less it. Both modes: the engine model and fixed latencies.
+func TestPromptTokensCountAtTheFirstToken(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		output int
+	}{{nil, 1000}, {[]string{"--ttft", "20ms", "--itl", "400ms"}, 4}} {
+		args := tc.args
+		base := startMock(t, args...)
+		resp := post(t, base+"/v1/completions", promptBody("m1", strings.Repeat("y", 400), tc.output, true))
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil { // the first token's event
+			t.Fatalf("%v: read the first event: %v", args, err)
+		}
+		m, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := enginemetrics.ParseLoad(m.Body)
+		m.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := l.InPrefill(); !ok || l.Running == 0 || p != 0 || l.PromptTokens <= 0 {
+			t.Errorf("%v: decoding after its first token: running %v, prompt tokens %v, in prefill %v (%v); want the prompt counted, none in prefill",
+				args, l.Running, l.PromptTokens, p, ok)
+		}
+	}
+}
