@@ -36,7 +36,9 @@ type Load struct {
 
 // InPrefill is the prompt tokens of the requests the engine has scheduled whose prefill
 // has not ended: vLLM adds a prompt to vllm:prefix_cache_queries_total when it schedules
-// the request and to vllm:prompt_tokens_total when the request's first token comes out,
+// the request (vllm/v1/core/kv_cache_manager.py, get_computed_blocks) and to
+// vllm:prompt_tokens_total when the request's first token comes out
+// (vllm/v1/metrics/stats.py, IterationStats.update_from_output, while is_prefilling),
 // so the difference is the prompts in prefill (cached parts included; requests still
 // waiting are in neither). ok is false when the engine does not expose both counters.
 // The difference can drift up where an engine looks a prompt up more than once (a request
