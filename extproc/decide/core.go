@@ -168,12 +168,14 @@ func (c *Core) warmingUp(now time.Time) bool {
 }
 
 // DefaultMoveFactor is the shipped Config.MoveFactor: a conversation stays with its
-// cache until its home holds six prompts' worth more work than the least loaded of its
-// other engines (sticky until busy). On the simulator's Mooncake trace
-// (docs/results/README.md) 3 prompts kept more conversations with their cache than one at
-// the same balance; with the warm-up skipped over cold caches and bounded-load slack 2, 6
-// to 10 prompts measured alike and above 3 on H100 engines, the same on A100.
-const DefaultMoveFactor = 6
+// cache until its home holds sixteen prompts' worth more work than the least loaded of its
+// other engines (sticky until busy). On the simulator (docs/results/README.md) 3 prompts
+// kept more conversations with their cache than one at the same balance, and 6 to 10
+// measured alike. Since the engines' prompts in prefill weigh in their work
+// (ObserveEngineLoad), a busy home shows sooner, and 16 against 6 kept capacity level or
+// higher on every trace and GPU with a higher KV hit rate (Mooncake H100 at its capacity
+// 0.36 against 0.31), at 0.2-0.4 points of SLO attainment near capacity on A100 engines.
+const DefaultMoveFactor = 16
 
 // MaxMoveFactor bounds Config.MoveFactor far above any useful value.
 const MaxMoveFactor = 1000
