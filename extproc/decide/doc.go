@@ -16,7 +16,8 @@
 // the outlier guard does not penalize are also the table's overflow endpoints: a request
 // the picked engine would queue goes to the emptiest of them (picker.Config.OverflowAt;
 // Decision.Overflowed), listed once, first. What the sidecar scrapes of each engine's queue
-// (LoadTargets: those with a share and the overflow ones; ObserveEngineLoad: the tokens its KV cache holds and its waiting requests, or its
+// (LoadTargets: those with a share and the overflow ones; ObserveEngineLoad: the tokens its
+// KV cache holds, its prompts in prefill once more and its waiting requests, or its
 // running plus waiting requests, beyond the core's own) counts as
 // other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
 // local cap (or past the share of it its priority may use: the top 20% of each cap is held
