@@ -53,6 +53,18 @@ type slot struct {
 	kvBuf    []engine.KVEvent // events not yet sent on
 }
 
+// view is the engine's scraped gauges and counters (without the histograms of Stats); a
+// down engine states nothing.
+func (s *slot) view() EngineView {
+	v := EngineView{Up: s.up}
+	if s.up {
+		v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
+		v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
+		v.GenerationTokens, v.PromptTokens = s.eng.GenerationTokens(), s.eng.PromptTokens()
+	}
+	return v
+}
+
 // run simulates one policy over one workload.
 type run struct {
 	cfg      *Config
@@ -229,13 +241,7 @@ func (r *run) handle(ev event) {
 		r.kvSub.KVEvents(r.now, ev.engine, ev.kv)
 	case evScrape:
 		for e, s := range r.slots {
-			v := EngineView{Up: s.up}
-			if s.up {
-				v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
-				v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
-				v.GenerationTokens, v.PromptTokens = s.eng.GenerationTokens(), s.eng.PromptTokens()
-			}
-			r.scrape.Engines[e] = v
+			r.scrape.Engines[e] = s.view()
 		}
 		r.scraper.Scrape(r.now, &r.scrape)
 		r.events.push(event{at: r.now + r.scraper.ScrapePeriod(), kind: evScrape})
@@ -354,11 +360,8 @@ func (r *run) Finished(er *engine.Request, at time.Duration) {
 
 func (r *run) tick() {
 	for e, s := range r.slots {
-		v := EngineView{Up: s.up}
+		v := s.view()
 		if s.up {
-			v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
-			v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
-			v.GenerationTokens, v.PromptTokens = s.eng.GenerationTokens(), s.eng.PromptTokens()
 			v.Stats = s.eng.Stats()
 		}
 		r.view.Engines[e] = v
