@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/sim/engine"
 	"github.com/meridian-router/meridian/sim/trace"
 )
@@ -63,6 +64,14 @@ type Config struct {
 	// ShedBacklog is meridian's control server --shed-backlog (optimizer.Config.ShedBacklog;
 	// 0, the default, sheds whenever the plan does).
 	ShedBacklog time.Duration
+	// Sidecar, when set, is the sidecar configuration of both meridian policies in place of
+	// the shipped one (meridian-sim --sidecar-config reads it from the sidecar's YAML file);
+	// the picker's bucket count is the simulator's either way (simBuckets).
+	Sidecar *server.Config
+	// MoveCost and MinShareChange, when set, are the control server's --move-cost and
+	// --min-share-change for both meridian policies, in place of the shipped defaults and of
+	// what the "meridian" policy's fleet tuning sets.
+	MoveCost, MinShareChange *float64
 	// Deployment is how every policy but meridian's is deployed (see Deployment); empty
 	// means DeployRegion.
 	Deployment Deployment

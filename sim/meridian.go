@@ -70,6 +70,24 @@ func fleetTuning(w *Workload) tuning {
 	return t
 }
 
+// tune applies what c states of meridian's configuration to t: the sidecar's (with the
+// simulator's bucket count), the optimizer's movement price and smallest share change, and
+// the control server's --shed-backlog.
+func (c *Config) tune(t tuning) tuning {
+	if c.Sidecar != nil {
+		t.sidecar = *c.Sidecar
+		t.sidecar.Picker.Buckets = simBuckets
+	}
+	if c.MoveCost != nil {
+		t.optimizer.Params.MoveCost = *c.MoveCost
+	}
+	if c.MinShareChange != nil {
+		t.optimizer.MinShareChange = *c.MinShareChange
+	}
+	t.optimizer.ShedBacklog = c.ShedBacklog
+	return t
+}
+
 // meridian is the full design, run from the real packages. The control server's loop is
 // control/optimizer (which calls control/solver) on a control/fleet.Fleet describing the
 // simulated fleet, its weights turned into each node's EDS view by control/xds's plan, fed
@@ -130,6 +148,7 @@ type virtualClock struct{ now time.Duration }
 func (c *virtualClock) Now() time.Time { return time.Unix(0, 0).Add(c.now) }
 
 func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, error) {
+	t = cfg.tune(t)
 	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{}, byAddr: map[string]int{},
 		inflight: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
 		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval,
@@ -152,7 +171,6 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 	if m.agg, err = signals.NewAggregator(t.signals, m.clock.Now); err != nil {
 		return nil, fmt.Errorf("signals: %w", err)
 	}
-	t.optimizer.ShedBacklog = cfg.ShedBacklog
 	if m.opt, err = optimizer.New(t.optimizer); err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}

@@ -276,3 +276,29 @@ func TestOutageEventGoodput(t *testing.T) {
 		t.Errorf("meridian-defaults met the SLO for %.2f of region 0's requests through its outage, want most", got.SLOAttainment)
 	}
 }
+
+// TestTuneAppliesMeridiansConfiguration: what Config states of meridian's configuration
+// replaces both policies' tuning, the fleet tuning's included; what it leaves unset does
+// not.
+func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
+	w := &Workload{ColdService: 2}
+	sc := sidecarConfig()
+	sc.Picker.Buckets, sc.MoveFactor = 1<<18, 3
+	moveCost, minShare := 0.02, 0.04
+	cfg := &Config{Sidecar: &sc, MoveCost: &moveCost, MinShareChange: &minShare, ShedBacklog: time.Second}
+	for name, base := range map[string]tuning{"meridian-defaults": defaultTuning(w), "meridian": fleetTuning(w)} {
+		got := cfg.tune(base)
+		if got.sidecar.MoveFactor != 3 || got.sidecar.Picker.Buckets != simBuckets {
+			t.Errorf("%s: move_factor %v, buckets %d; want the file's 3 and the simulator's %d", name,
+				got.sidecar.MoveFactor, got.sidecar.Picker.Buckets, simBuckets)
+		}
+		if got.optimizer.Params.MoveCost != moveCost || got.optimizer.MinShareChange != minShare || got.optimizer.ShedBacklog != time.Second {
+			t.Errorf("%s: move cost %v, min share change %v, shed backlog %v", name,
+				got.optimizer.Params.MoveCost, got.optimizer.MinShareChange, got.optimizer.ShedBacklog)
+		}
+		if unset := (&Config{}).tune(base); unset.optimizer.Params.MoveCost != base.optimizer.Params.MoveCost ||
+			unset.optimizer.MinShareChange != base.optimizer.MinShareChange || unset.sidecar.MoveFactor != base.sidecar.MoveFactor {
+			t.Errorf("%s: an empty Config changed the tuning", name)
+		}
+	}
+}

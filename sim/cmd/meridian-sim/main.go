@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meridian-router/meridian/control/optimizer"
+	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/sim"
 	"github.com/meridian-router/meridian/sim/engine"
 	"github.com/meridian-router/meridian/sim/trace"
@@ -42,6 +45,9 @@ type options struct {
 	replicas      int
 	kvDelay       time.Duration
 	shedBacklog   time.Duration
+	sidecar       *server.Config
+	moveCost      *float64
+	minShare      *float64
 	slo           sim.SLO
 	capacity      bool
 	target        float64
@@ -114,6 +120,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&deployments, "deployment", string(sim.DeployRegion), "router deployment: region or global (--capacity: a comma-separated list)")
 	fs.IntVar(&o.replicas, "replicas", 4, "router replicas (and meridian sidecars) per region pool")
 	fs.DurationVar(&o.shedBacklog, "shed-backlog", 0, "meridian's control server --shed-backlog: shed only while the engines queue this much work (0: whenever the plan sheds, the default)")
+	var sidecarPath string
+	var moveCost, minShare float64
+	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's)")
+	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default (meridian-defaults) or the fleet tuning's (meridian)")
+	fs.Float64Var(&minShare, "min-share-change", optimizer.DefaultConfig().MinShareChange, "meridian's control server --min-share-change for both meridian policies; unset, as --move-cost")
 	fs.DurationVar(&o.kvDelay, "kv-event-delay", 50*time.Millisecond, "time from an engine's KV-cache event to the routers subscribed to it")
 	def := sim.DefaultSLO()
 	fs.DurationVar(&o.slo.TTFTBase, "slo-ttft", def.TTFTBase, "SLO: fixed TTFT allowance")
@@ -162,6 +173,26 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.shedBacklog < 0 {
 		return o, fmt.Errorf("--shed-backlog %v must be >= 0", o.shedBacklog)
+	}
+	if sidecarPath != "" {
+		c, err := server.LoadConfig(sidecarPath, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return o, fmt.Errorf("--sidecar-config: %w", err)
+		}
+		o.sidecar = &c
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "move-cost":
+			o.moveCost = &moveCost
+		case "min-share-change":
+			o.minShare = &minShare
+		}
+	})
+	oc := optimizer.DefaultConfig()
+	oc.Params.MoveCost, oc.MinShareChange = moveCost, minShare
+	if err := oc.Validate(); err != nil {
+		return o, fmt.Errorf("--move-cost or --min-share-change: %w", err)
 	}
 	if o.replicas < 1 {
 		return o, fmt.Errorf("--replicas %d must be at least 1", o.replicas)
@@ -264,7 +295,8 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	base := sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
 		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
 		Seed: o.seed, Retries: o.retries, Deployment: o.deployments[0],
-		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog}
+		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog,
+		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare}
 	if base.Deployment == sim.DeployGlobal {
 		base.Replicas = 1
 	}

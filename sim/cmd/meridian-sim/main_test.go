@@ -158,3 +158,58 @@ func TestCapacityFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSidecarConfigAndControlFlagsApply: --sidecar-config's file is what meridian's
+// sidecars run (a hard cap of one request per engine sheds under a load the defaults
+// serve), and bad files or control-server values are refused before any run.
+func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
+	tr := writeTrace(t, 150)
+	shed := func(extra ...string) float64 {
+		t.Helper()
+		out := t.TempDir()
+		args := append([]string{"--trace", tr, "--out", out, "--policies", "meridian-defaults", "--load", "0.8",
+			"--engines-per-region", "1", "--gpu", "h100-80gb", "--quiet"}, extra...)
+		o, err := parseFlags(args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(out, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r []struct{ Shed float64 }
+		if err := json.Unmarshal(data, &r); err != nil || len(r) != 1 {
+			t.Fatalf("results.json: %v, %d results", err, len(r))
+		}
+		return r[0].Shed
+	}
+	capped := filepath.Join(t.TempDir(), "sidecar.yaml")
+	if err := os.WriteFile(capped, []byte("picker:\n  max_in_flight: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, withCap := shed(), shed("--sidecar-config", capped)
+	t.Logf("shed: %v with the defaults, %v capped at one request per engine", base, withCap)
+	if withCap <= base {
+		t.Errorf("--sidecar-config with max_in_flight 1 shed %v, the defaults %v: the file was not applied", withCap, base)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("picker:\n  move_factor: -1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--trace", tr, "--sidecar-config", bad},
+		{"--trace", tr, "--sidecar-config", filepath.Join(t.TempDir(), "missing.yaml")},
+		{"--trace", tr, "--min-share-change", "1"},
+		{"--trace", tr, "--move-cost", "-1"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		} else if args[2] == "--sidecar-config" && !strings.Contains(err.Error(), args[3]) {
+			t.Errorf("parseFlags(%q): %v does not name the file", args, err)
+		}
+	}
+}
