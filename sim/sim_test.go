@@ -301,4 +301,9 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 			t.Errorf("%s: an empty Config changed the tuning", name)
 		}
 	}
+	deep := sidecarConfig()
+	deep.AffinityBlocks *= 4
+	if got, shipped := (&Config{Sidecar: &deep}).keyBlocks(), (&Config{}).keyBlocks(); got != 4*shipped {
+		t.Errorf("routing key over %d trace blocks with affinity_blocks x4, %d shipped: the key ignores the file", got, shipped)
+	}
 }

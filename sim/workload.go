@@ -87,7 +87,7 @@ func BuildWorkload(c *Config) (*Workload, error) {
 		return nil, fmt.Errorf("rescale the trace to %.2f x capacity: %w", w.Load, err)
 	}
 	w.Span = scaled[len(scaled)-1].Arrival
-	kb := keyBlocks()
+	kb := c.keyBlocks()
 	for i, r := range scaled {
 		w.Requests = append(w.Requests, c.newRequest(i, r, kb))
 	}
@@ -180,9 +180,13 @@ func upperBound(reqs []Request) float64 {
 
 // keyBlocks is how many trace blocks the sidecar's routing key covers: its affinity depth
 // (AffinityBlocks blocks of BlockBytes prompt bytes, at 4 bytes a token) in blocks of
-// trace.BlockTokens tokens, at least one.
-func keyBlocks() int {
+// trace.BlockTokens tokens, at least one. It is the depth of c.Sidecar when set (for
+// every policy that hashes on Request.Key), of the shipped configuration otherwise.
+func (c *Config) keyBlocks() int {
 	cfg := sidecarConfig()
+	if c.Sidecar != nil {
+		cfg = *c.Sidecar
+	}
 	tokens := cfg.AffinityBlocks * cfg.Request.BlockBytes / 4
 	return max(1, tokens/trace.BlockTokens)
 }
