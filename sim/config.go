@@ -68,10 +68,10 @@ type Config struct {
 	// the shipped one (meridian-sim --sidecar-config reads it from the sidecar's YAML file);
 	// the picker's bucket count is the simulator's either way (simBuckets).
 	Sidecar *server.Config
-	// MoveCost and MinShareChange, when set, are the control server's --move-cost and
-	// --min-share-change for both meridian policies, in place of the shipped defaults and of
-	// what the "meridian" policy's fleet tuning sets.
-	MoveCost, MinShareChange *float64
+	// MoveCost, MinShareChange and RhoMax, when set, are the control server's --move-cost,
+	// --min-share-change and --rho-max for both meridian policies, in place of the shipped
+	// defaults and of what the "meridian" policy's fleet tuning sets.
+	MoveCost, MinShareChange, RhoMax *float64
 	// Deployment is how every policy but meridian's is deployed (see Deployment); empty
 	// means DeployRegion.
 	Deployment Deployment

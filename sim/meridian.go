@@ -71,7 +71,7 @@ func fleetTuning(w *Workload) tuning {
 }
 
 // tune applies what c states of meridian's configuration to t: the sidecar's (with the
-// simulator's bucket count), the optimizer's movement price and smallest share change, and
+// simulator's bucket count), the optimizer's movement price, smallest share change and highest planned utilization, and
 // the control server's --shed-backlog.
 func (c *Config) tune(t tuning) tuning {
 	if c.Sidecar != nil {
@@ -80,6 +80,9 @@ func (c *Config) tune(t tuning) tuning {
 	}
 	if c.MoveCost != nil {
 		t.optimizer.Params.MoveCost = *c.MoveCost
+	}
+	if c.RhoMax != nil {
+		t.optimizer.Params.RhoMax = *c.RhoMax
 	}
 	if c.MinShareChange != nil {
 		t.optimizer.MinShareChange = *c.MinShareChange

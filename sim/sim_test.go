@@ -284,15 +284,16 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 	w := &Workload{ColdService: 2}
 	sc := sidecarConfig()
 	sc.Picker.Buckets, sc.MoveFactor = 1<<18, 3
-	moveCost, minShare := 0.02, 0.04
-	cfg := &Config{Sidecar: &sc, MoveCost: &moveCost, MinShareChange: &minShare, ShedBacklog: time.Second}
+	moveCost, minShare, rho := 0.02, 0.04, 0.97
+	cfg := &Config{Sidecar: &sc, MoveCost: &moveCost, MinShareChange: &minShare, RhoMax: &rho, ShedBacklog: time.Second}
 	for name, base := range map[string]tuning{"meridian-defaults": defaultTuning(w), "meridian": fleetTuning(w)} {
 		got := cfg.tune(base)
 		if got.sidecar.MoveFactor != 3 || got.sidecar.Picker.Buckets != simBuckets {
 			t.Errorf("%s: move_factor %v, buckets %d; want the file's 3 and the simulator's %d", name,
 				got.sidecar.MoveFactor, got.sidecar.Picker.Buckets, simBuckets)
 		}
-		if got.optimizer.Params.MoveCost != moveCost || got.optimizer.MinShareChange != minShare || got.optimizer.ShedBacklog != time.Second {
+		if got.optimizer.Params.MoveCost != moveCost || got.optimizer.MinShareChange != minShare || got.optimizer.ShedBacklog != time.Second ||
+			got.optimizer.Params.RhoMax != rho {
 			t.Errorf("%s: move cost %v, min share change %v, shed backlog %v", name,
 				got.optimizer.Params.MoveCost, got.optimizer.MinShareChange, got.optimizer.ShedBacklog)
 		}

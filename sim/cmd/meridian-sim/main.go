@@ -48,6 +48,7 @@ type options struct {
 	sidecar       *server.Config
 	moveCost      *float64
 	minShare      *float64
+	rhoMax        *float64
 	slo           sim.SLO
 	capacity      bool
 	target        float64
@@ -121,10 +122,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.replicas, "replicas", 4, "router replicas (and meridian sidecars) per region pool")
 	fs.DurationVar(&o.shedBacklog, "shed-backlog", 0, "meridian's control server --shed-backlog: shed only while the engines queue this much work (0: whenever the plan sheds, the default)")
 	var sidecarPath string
-	var moveCost, minShare float64
+	var moveCost, minShare, rhoMax float64
 	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's)")
 	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default (meridian-defaults) or the fleet tuning's (meridian)")
 	fs.Float64Var(&minShare, "min-share-change", optimizer.DefaultConfig().MinShareChange, "meridian's control server --min-share-change for both meridian policies; unset, as --move-cost")
+	fs.Float64Var(&rhoMax, "rho-max", optimizer.DefaultConfig().Params.RhoMax, "meridian's control server --rho-max for both meridian policies; unset, as --move-cost")
 	fs.DurationVar(&o.kvDelay, "kv-event-delay", 50*time.Millisecond, "time from an engine's KV-cache event to the routers subscribed to it")
 	def := sim.DefaultSLO()
 	fs.DurationVar(&o.slo.TTFTBase, "slo-ttft", def.TTFTBase, "SLO: fixed TTFT allowance")
@@ -187,12 +189,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.moveCost = &moveCost
 		case "min-share-change":
 			o.minShare = &minShare
+		case "rho-max":
+			o.rhoMax = &rhoMax
 		}
 	})
 	oc := optimizer.DefaultConfig()
-	oc.Params.MoveCost, oc.MinShareChange = moveCost, minShare
+	oc.Params.MoveCost, oc.MinShareChange, oc.Params.RhoMax = moveCost, minShare, rhoMax
 	if err := oc.Validate(); err != nil {
-		return o, fmt.Errorf("--move-cost or --min-share-change: %w", err)
+		return o, fmt.Errorf("--move-cost, --min-share-change or --rho-max: %w", err)
 	}
 	if o.replicas < 1 {
 		return o, fmt.Errorf("--replicas %d must be at least 1", o.replicas)
@@ -296,7 +300,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
 		Seed: o.seed, Retries: o.retries, Deployment: o.deployments[0],
 		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog,
-		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare}
+		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare, RhoMax: o.rhoMax}
 	if base.Deployment == sim.DeployGlobal {
 		base.Replicas = 1
 	}

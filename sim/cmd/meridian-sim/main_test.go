@@ -205,6 +205,7 @@ func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
 		{"--trace", tr, "--sidecar-config", filepath.Join(t.TempDir(), "missing.yaml")},
 		{"--trace", tr, "--min-share-change", "1"},
 		{"--trace", tr, "--move-cost", "-1"},
+		{"--trace", tr, "--rho-max", "1"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)
