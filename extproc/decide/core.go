@@ -54,6 +54,14 @@ type Config struct {
 	// they cannot hold. A request whose engine states no KV cache is shed as the quota
 	// says. 0: the quota applies to every request. See DefaultQuotaAt.
 	QuotaAt float64
+	// PrefillWeight is how many times more than a token an engine's KV cache holds each
+	// token it still has to prefill weighs in the core's view of that engine's work (the
+	// prompts it has scheduled and not yet answered, less the share of them its prefix
+	// cache serves; see ObserveEngineLoad). A token in prefill delays every request that
+	// arrives behind it by its whole prefill, where a token held by a decoding request
+	// only slows the engine's steps. 0: prompts in prefill weigh what they hold. See
+	// DefaultPrefillWeight.
+	PrefillWeight float64
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
 	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
@@ -80,6 +88,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.QuotaAt >= 0) || c.QuotaAt > MaxQuotaAt {
 		errs = append(errs, fmt.Errorf("quota at is %v: want 0..%v (0: the quota sheds any request)", c.QuotaAt, MaxQuotaAt))
+	}
+	if !(c.PrefillWeight >= 0) || c.PrefillWeight > MaxPrefillWeight {
+		errs = append(errs, fmt.Errorf("prefill weight is %v: want 0..%v", c.PrefillWeight, MaxPrefillWeight))
 	}
 	if c.OverflowEngines < 0 || c.OverflowEngines > maxOverflowEngines {
 		errs = append(errs, fmt.Errorf("overflow engines is %d: want 0..%d", c.OverflowEngines, maxOverflowEngines))
@@ -137,10 +148,20 @@ type Core struct {
 	caches       atomic.Int32
 	firstLooksMu sync.Mutex
 	firstLooks   map[string]struct{}
-	// prefillBase, under prefillMu, is each engine's Load.InPrefill when it was last seen
-	// idle (see inPrefill). ObserveEngineLoad writes it, off the request path.
-	prefillMu   sync.Mutex
-	prefillBase map[string]float64
+	// prefill, under prefillMu, is what inPrefill keeps of each engine between scrapes.
+	// ObserveEngineLoad writes it, off the request path.
+	prefillMu sync.Mutex
+	prefill   map[string]prefillState
+}
+
+// prefillState is what the core keeps of an engine's prefix-cache counters between
+// scrapes (see inPrefill).
+type prefillState struct {
+	// base is the engine's Load.InPrefill when it was last seen idle.
+	base float64
+	// queries and hits are its prefix-cache counters at the last scrape, and hitRate the
+	// share of the prompt tokens it looked up that its cache served, smoothed over scrapes.
+	queries, hits, hitRate float64
 }
 
 // What the engines' KV caches held when the core started, as its first look at each
@@ -191,6 +212,15 @@ const DefaultOverflowEngines = 8
 // On the simulator (docs/results/README.md) 0.45 to 0.55 measured alike and above 0.3,
 // 0.65 and no hold on Azure's bursty arrivals, and level on Mooncake's.
 const DefaultQuotaAt = 0.5
+
+// DefaultPrefillWeight is the shipped Config.PrefillWeight. On the simulator
+// (docs/results/README.md) 3 raised the capacity at the SLO with A100 engines by a search
+// step or two and left Azure's level, against 1 (the weight before the setting existed,
+// without the prefix cache's share taken off).
+const DefaultPrefillWeight = 3
+
+// MaxPrefillWeight bounds Config.PrefillWeight far above any useful value.
+const MaxPrefillWeight = 64
 
 // MaxQuotaAt bounds Config.QuotaAt: past a few caches' worth of work an engine has queued
 // its requests for many seconds.
@@ -662,10 +692,11 @@ func (c *Core) InFlight() map[string]int64 {
 // work (the region's other sidecars), which the picker's least-work choice counts until
 // the next observation replaces it; bounded loads keep to the core's own. When the engine
 // states its KV cache's use and capacity (vLLM's kv_cache_usage_perc and
-// cache_config_info), its running requests weigh the tokens they hold, those still in
-// prefill their prompts once more (Load.InPrefill, when the engine states it: a prompt
-// being prefilled delays every request that arrives behind it, where one decoding only
-// slows their steps), and each waiting one the mean work of this core's recent requests;
+// cache_config_info), its running requests weigh the tokens they hold, the prompt tokens
+// it still has to prefill Config.PrefillWeight times more (inPrefill, when the engine
+// states the counters: a prompt being prefilled delays every request that arrives behind
+// it, where one decoding only slows their steps), and each waiting one the mean work of
+// this core's recent requests;
 // otherwise every request, running or
 // waiting, weighs that mean (DecodeWork before the core has routed any). The tokens a
 // request holds say what it costs, where a count prices a 100k-token prompt as a short
@@ -688,7 +719,7 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	c.loads.SetWaiting(addr, int64(l.Waiting))
 	var others float64
 	if held, ok := l.KVHeld(); ok {
-		others = held + c.inPrefill(addr, l) + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
+		others = held + c.cfg.PrefillWeight*c.inPrefill(addr, l) + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
 	} else {
 		others = (l.Requests() - float64(c.loads.InFlight(addr))) * c.requestWork()
 	}
@@ -699,11 +730,14 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	c.loads.SetObserved(addr, int64(math.Round(others)))
 }
 
-// inPrefill is the prompt tokens the engine at addr is prefilling (Load.InPrefill), above
-// what the same difference of counters was when the engine was last seen idle (nothing
-// running or waiting): a prompt vLLM looks up again (a preempted request) stays in the
-// difference, and an idle engine has nothing in prefill. 0 when the engine does not
-// state the counters.
+// inPrefill is the prompt tokens the engine at addr still has to prefill: the prompts it
+// has scheduled and not answered (Load.InPrefill), above what the same difference of
+// counters was when the engine was last seen idle (nothing running or waiting: a prompt
+// vLLM looks up again, a preempted request, stays in the difference, and an idle engine
+// has nothing in prefill), less the share of them its prefix cache serves. vLLM counts a
+// prompt's queries and hits when it schedules the request; that share is the engine's
+// hits over its queries since the previous scrape, halved toward the one before at each
+// scrape. 0 when the engine does not state the counters.
 func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 	d, ok := l.InPrefill()
 	if !ok {
@@ -711,14 +745,21 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 	}
 	c.prefillMu.Lock()
 	defer c.prefillMu.Unlock()
-	if l.Running == 0 && l.Waiting == 0 {
-		if c.prefillBase == nil {
-			c.prefillBase = map[string]float64{}
-		}
-		c.prefillBase[addr] = d
-		return 0
+	if c.prefill == nil {
+		c.prefill = map[string]prefillState{}
 	}
-	return max(d-c.prefillBase[addr], 0)
+	st, seen := c.prefill[addr]
+	if q := l.PrefixQueries - st.queries; seen && q > 0 {
+		if h := (l.PrefixHits - st.hits) / q; h >= 0 && h <= 1 {
+			st.hitRate = (st.hitRate + h) / 2
+		}
+	}
+	st.queries, st.hits = l.PrefixQueries, l.PrefixHits
+	if l.Running == 0 && l.Waiting == 0 {
+		st.base = d
+	}
+	c.prefill[addr] = st
+	return max(d-st.base, 0) * (1 - st.hitRate)
 }
 
 // firstLook records what the core's first look at an engine's KV-cache counters said
@@ -751,7 +792,7 @@ func (c *Core) ForgetEngineLoad(addr string) {
 	c.loads.SetWaiting(addr, 0)
 	c.loads.SetKVWritten(addr, 0, 0)
 	c.prefillMu.Lock()
-	delete(c.prefillBase, addr)
+	delete(c.prefill, addr)
 	c.prefillMu.Unlock()
 }
 

@@ -17,7 +17,8 @@
 // the picked engine would queue goes to the emptiest of them (picker.Config.OverflowAt;
 // Decision.Overflowed), listed once, first. What the sidecar scrapes of each engine's queue
 // (LoadTargets: those with a share and the overflow ones; ObserveEngineLoad: the tokens its
-// KV cache holds, its prompts in prefill once more and its waiting requests, or its
+// KV cache holds, the uncached tokens of its prompts in prefill Config.PrefillWeight times
+// more and its waiting requests, or its
 // running plus waiting requests, beyond the core's own) counts as
 // other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
 // local cap (or past the share of it its priority may use: the top 20% of each cap is held
@@ -47,6 +48,7 @@
 //	caches warm at the start      ObserveEngineLoad (first look) Route (warmingUp) atomic.Int32; the engines looked at under firstLooksMu
 //	changed homes, for peers      Route (Remember's journal)     AppendPlacements  an atomic cursor and ring in picker.Homes; the drain under drainMu
 //	mean work of routed requests  Route (two atomic adds)        ObserveEngineLoad  atomics; the mean under meanMu (off the request path)
+//	engines' prefill counters     ObserveEngineLoad (inPrefill)  ObserveEngineLoad  prefillMu (off the request path)
 //	per-model arrival counters    Route                          BuildReport      atomic.Int64 (Swap at each report)
 //	per-model shed state          Route (Decide), ApplyPolicy    Route            the model's own mutex (guard.ModelShedder)
 //	retry credits and curve       Route (Allow), Outcome (Spent), ApplyPolicy    Route  CAS on a float64's bits; atomic.Pointer for the curve

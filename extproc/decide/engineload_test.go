@@ -101,36 +101,55 @@ func TestObserveEngineLoadWeighsTheTokensHeld(t *testing.T) {
 	}
 }
 
-// Prompts in prefill (looked up, no first token yet) weigh their tokens once more on top
-// of the cache they hold, counted from what the counters said when the engine was last
-// idle; an engine without vllm:prompt_tokens_total is weighed as before, and a failed
-// scrape forgets the idle mark.
+// Prompts in prefill (looked up, no first token yet) weigh their uncached tokens
+// PrefillWeight times on top of the cache they hold, counted from what the counters said
+// when the engine was last idle, less the share of its lookups the prefix cache served
+// since the previous scrape (halved toward the one before); an engine without
+// vllm:prompt_tokens_total is weighed as before, and a failed scrape forgets the idle mark.
 func TestObserveEngineLoadWeighsPromptsInPrefill(t *testing.T) {
 	c := placementCore(t)
 	d := route(t, c, 7)
 	ours := float64(placementPrompt + DefaultDecodeWork)
 	addr := addrOf(d.Engine)
+	w := float64(DefaultPrefillWeight)
 	nan := math.NaN()
-	load := func(running, queries, prompts float64) enginemetrics.Load {
+	load := func(running, queries, hits, prompts float64) enginemetrics.Load {
 		return enginemetrics.Load{Running: running, KVUsage: 0.25, KVTokens: 100_000,
-			PrefixQueries: queries, PromptTokens: prompts, PrefixHits: 0, GenerationTokens: 0}
+			PrefixQueries: queries, PromptTokens: prompts, PrefixHits: hits, GenerationTokens: 0}
 	}
+	observed := func() float64 { return float64(c.ObservedLoad()[d.Engine]) }
 	// Idle, with 3,000 prompt tokens looked up twice in the counters' past.
-	c.ObserveEngineLoad(addr, enginemetrics.Load{KVUsage: 0, KVTokens: 100_000, PrefixQueries: 53_000, PromptTokens: 50_000})
-	// Then 20k tokens scheduled, 12k of them past their first token: 8k in prefill.
-	c.ObserveEngineLoad(addr, load(3, 73_000, 62_000))
-	if got, want := c.ObservedLoad()[d.Engine], int64(25_000+8_000-ours); got != want {
-		t.Errorf("observed %d, want 25k held + 8k in prefill - our own %v = %d", got, ours, want)
+	c.ObserveEngineLoad(addr, load(0, 53_000, 0, 50_000))
+	// Then 20k tokens scheduled, none found cached, 12k of them past their first token:
+	// 8k in prefill.
+	c.ObserveEngineLoad(addr, load(3, 73_000, 0, 62_000))
+	if got, want := observed(), 25_000+w*8_000-ours; got != want {
+		t.Errorf("observed %v, want 25k held + %v x 8k in prefill - our own %v = %v", got, w, ours, want)
 	}
-	c.ObserveEngineLoad(addr, load(3, 73_000, nan))
-	if got, want := c.ObservedLoad()[d.Engine], int64(25_000-ours); got != want {
-		t.Errorf("without the prompt counter: observed %d, want 25k held - our own = %d", got, want)
+	// 10k more scheduled, all found cached; 2k more answered: 16k in prefill, of which
+	// the engine's cache serves half (the 10k of 10k since the last scrape, halved toward
+	// the 0 of 20k before).
+	c.ObserveEngineLoad(addr, load(3, 83_000, 10_000, 64_000))
+	if got, want := observed(), 25_000+w*16_000*0.5-ours; got != want {
+		t.Errorf("half the lookups cached: observed %v, want 25k held + %v x 16k x 0.5 - our own = %v", got, w, want)
 	}
-	// After a failed scrape the idle mark is gone: the whole difference counts until the
-	// engine is seen idle again.
+	c.ObserveEngineLoad(addr, load(3, 83_000, 10_000, nan))
+	if got, want := observed(), 25_000-ours; got != want {
+		t.Errorf("without the prompt counter: observed %v, want 25k held - our own = %v", got, want)
+	}
+	// After a failed scrape the idle mark and the cache's share are gone: the whole
+	// difference counts until the engine is seen idle again.
 	c.ForgetEngineLoad(addr)
-	c.ObserveEngineLoad(addr, load(3, 73_000, 62_000))
-	if got, want := c.ObservedLoad()[d.Engine], int64(25_000+11_000-ours); got != want {
-		t.Errorf("after a failed scrape: observed %d, want 25k held + 11k - our own = %d", got, want)
+	c.ObserveEngineLoad(addr, load(3, 73_000, 0, 62_000))
+	if got, want := observed(), 25_000+w*11_000-ours; got != want {
+		t.Errorf("after a failed scrape: observed %v, want 25k held + %v x 11k - our own = %v", got, w, want)
+	}
+	// With PrefillWeight 0 prompts in prefill weigh only what they hold.
+	flat := placementCoreWith(t, func(cfg *Config) { cfg.PrefillWeight = 0 })
+	fd := route(t, flat, 7)
+	flat.ObserveEngineLoad(addrOf(fd.Engine), load(0, 53_000, 0, 50_000))
+	flat.ObserveEngineLoad(addrOf(fd.Engine), load(3, 73_000, 0, 62_000))
+	if got, want := float64(flat.ObservedLoad()[fd.Engine]), 25_000-ours; got != want {
+		t.Errorf("prefill weight 0: observed %v, want 25k held - our own = %v", got, want)
 	}
 }

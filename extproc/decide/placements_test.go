@@ -24,12 +24,29 @@ func placementCore(t *testing.T) *Core {
 // newPlacementCore is placementCore just made, and its clock.
 func newPlacementCore(t *testing.T) (*Core, *guardtest.Clock) {
 	t.Helper()
+	return newPlacementCoreWith(t, nil)
+}
+
+// placementCoreWith is placementCore with its configuration changed by edit.
+func placementCoreWith(t *testing.T, edit func(*Config)) *Core {
+	t.Helper()
+	c, clk := newPlacementCoreWith(t, edit)
+	clk.Advance(homeWarmup)
+	return c
+}
+
+func newPlacementCoreWith(t *testing.T, edit func(*Config)) (*Core, *guardtest.Clock) {
+	t.Helper()
 	pk := picker.DefaultConfig()
 	pk.Buckets = 1 << 10
 	clk := guardtest.NewClock()
-	c, err := New(Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
+	cfg := Config{Picker: pk, Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
 		Shed: guard.DefaultShedConfig(), Fallbacks: pk.Fallbacks, DecodeWork: DefaultDecodeWork,
-		MoveFactor: DefaultMoveFactor, Log: slog.New(slog.DiscardHandler)}, clk)
+		MoveFactor: DefaultMoveFactor, PrefillWeight: DefaultPrefillWeight, Log: slog.New(slog.DiscardHandler)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := New(cfg, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

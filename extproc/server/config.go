@@ -97,6 +97,9 @@ type EngineLoadConfig struct {
 	// Timeout bounds one scrape; a failed or late scrape forgets the engine's observed
 	// load until the next one succeeds.
 	Timeout time.Duration `yaml:"scrape_timeout"`
+	// PrefillWeight is how many times more than a token an engine's KV cache holds each
+	// prompt token it still has to prefill weighs (decide.Config.PrefillWeight).
+	PrefillWeight float64 `yaml:"prefill_weight"`
 }
 
 // PriorityConfig says where a request's priority class comes from. Priorities run from 0
@@ -124,7 +127,7 @@ func DefaultConfig(log *slog.Logger) Config {
 func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
 		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor,
-		OverflowEngines: c.OverflowEngines, QuotaAt: c.QuotaAt, Log: c.Log}
+		OverflowEngines: c.OverflowEngines, QuotaAt: c.QuotaAt, PrefillWeight: c.EngineLoad.PrefillWeight, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -302,7 +305,7 @@ func DefaultFile() File {
 			ZeroAt: rt.Curve.ZeroAt, RetryOn: rt.Curve.RetryOn, Ratio: rt.Ratio},
 		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter, QuotaAt: decide.DefaultQuotaAt},
 		Priority:       PriorityConfig{Default: 1, Header: "x-meridian-priority"},
-		EngineLoad:     EngineLoadConfig{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond},
+		EngineLoad:     EngineLoadConfig{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond, PrefillWeight: decide.DefaultPrefillWeight},
 		Placements:     FilePlacements{ExchangeInterval: 200 * time.Millisecond},
 		ReportInterval: time.Second,
 	}
@@ -425,6 +428,9 @@ func (e EngineLoadConfig) validate() error {
 	}
 	if e.Interval != 0 && (e.Timeout <= 0 || e.Timeout > maxEngineLoadInterval) {
 		errs = append(errs, fmt.Errorf("engine_load.scrape_timeout is %s: want > 0 and <= %s", e.Timeout, maxEngineLoadInterval))
+	}
+	if !(e.PrefillWeight >= 0) || e.PrefillWeight > decide.MaxPrefillWeight {
+		errs = append(errs, fmt.Errorf("engine_load.prefill_weight is %v: want 0..%d (0: prompts in prefill weigh what they hold)", e.PrefillWeight, decide.MaxPrefillWeight))
 	}
 	return errors.Join(errs...)
 }

@@ -53,6 +53,8 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		{"engine_load: {scrape_interval: 1ms}", "engine_load.scrape_interval is 1ms"},
 		{"engine_load: {scrape_interval: 1m}", "engine_load.scrape_interval is 1m0s"},
 		{"engine_load: {scrape_timeout: 0s}", "engine_load.scrape_timeout is 0s"},
+		{"engine_load: {prefill_weight: -1}", "engine_load.prefill_weight is -1"},
+		{"engine_load: {prefill_weight: 65}", "engine_load.prefill_weight is 65"},
 		{"priorities: 4", "field priorities not found"}, // the flat schema of old is refused, not ignored
 	} {
 		path := filepath.Join(t.TempDir(), "sidecar.yaml")
@@ -76,7 +78,7 @@ outliers: {penalty_recover_half_life: 9s}
 retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
 shed: {priorities: 6, retry_after: 2s, quota_at: 0.75}
 priority: {default: 5, header: x-tier}
-engine_load: {scrape_interval: 200ms, scrape_timeout: 150ms}
+engine_load: {scrape_interval: 200ms, scrape_timeout: 150ms, prefill_weight: 1.5}
 placements: {exchange_interval: 400ms}
 report_interval: 3s
 `), 0o600); err != nil {
@@ -91,9 +93,9 @@ report_interval: 3s
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),
 		c.EngineLoad.Interval.String(), c.EngineLoad.Timeout.String(), c.MoveFactor, c.Core().MoveFactor, c.PlacementInterval.String(),
-		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt}
+		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight}
 	// spill_floor counts short requests: the picker's floor is 6 × decode_work_tokens of work.
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
