@@ -145,7 +145,11 @@ type Core struct {
 	// caches is what the core's first look at each engine's KV-cache counters said
 	// (cachesUnknown, cachesCold, cachesWarm); firstLooks, under firstLooksMu, lists the
 	// engines looked at. ObserveEngineLoad writes them, off the request path.
+	// warmupWork is the work (prompt tokens plus the decode allowance) of every request
+	// Route picked engines for while the core was new (homeWarmup): what this core may
+	// itself have written into the caches before its first look.
 	caches       atomic.Int32
+	warmupWork   atomic.Int64
 	firstLooksMu sync.Mutex
 	firstLooks   map[string]struct{}
 	// prefill, under prefillMu, is what inPrefill keeps of each engine between scrapes.
@@ -472,6 +476,9 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
 	res := m.table.PickHome(req.Key, work, move, home, buf[:0])
+	if now.Sub(c.started) < homeWarmup {
+		c.warmupWork.Add(work)
+	}
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -711,7 +718,7 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
 		c.loads.SetKVWritten(addr, int64(written), int64(l.KVTokens))
 		if c.clock.Now().Sub(c.started) < homeWarmup { // only the warm-up reads them
-			c.firstLook(addr, written > 0)
+			c.firstLook(addr, written > float64(c.warmupWork.Load()))
 		}
 	} else {
 		c.loads.SetKVWritten(addr, 0, 0)
@@ -763,8 +770,10 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 }
 
 // firstLook records what the core's first look at an engine's KV-cache counters said
-// (see warmingUp): one engine that had written into its cache makes the caches warm, and
-// engines that had not make them cold unless one did.
+// (see warmingUp): one engine that had written into its cache more than this core had
+// sent anywhere by then (warmupWork: requests steered before the first scrape of a fresh
+// fleet write into its caches too) makes the caches warm, and engines that had not make
+// them cold unless one did.
 func (c *Core) firstLook(addr string, written bool) {
 	c.firstLooksMu.Lock()
 	defer c.firstLooksMu.Unlock()

@@ -184,6 +184,36 @@ func TestANewCoreOverColdCachesPlacesUnknownKeysByLoad(t *testing.T) {
 	}
 }
 
+// A request a new core steers before its first scrape writes into the caches of a fleet
+// that started cold: a first look that finds no more written than the core has sent
+// anywhere is still a cold fleet, and one that finds more is warm (others wrote it).
+func TestANewCoresOwnWritesDoNotWarmTheCaches(t *testing.T) {
+	probe := placementCore(t)
+	const key, other = 0x1234567890abcdef, 0x0fedcba987654321
+	first := route(t, probe, key).Engine
+	own := float64(placementPrompt + DefaultDecodeWork)
+	newCore := func(written float64) *Core {
+		c, _ := newPlacementCore(t)
+		d := route(t, c, other) // before any scrape: the core's own write
+		c.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(d.Engine), Status: 200, Attempts: 1})
+		for _, ep := range twoModels(nil).Models["a"].Endpoints {
+			w := 0.0
+			if ep.Engine == d.Engine {
+				w = written
+			}
+			c.ObserveEngineLoad(ep.Address, cacheWrites(0, w, 100_000))
+		}
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, written+10_000, 100_000)) // the load that moves a homeless key
+		return c
+	}
+	if got := route(t, newCore(own), key).Engine; got == first {
+		t.Errorf("its own request's writes made a new core take the caches for warm: it kept an unknown key on its loaded first engine %s", first)
+	}
+	if got := route(t, newCore(own+50_000), key).Engine; got != first {
+		t.Errorf("over caches others wrote, a new core moved an unknown key off its first engine %s to %s", first, got)
+	}
+}
+
 // Others' requests are priced at the mean work of the requests the core steered, which
 // outlives the requests in flight.
 func TestRequestWorkIsTheMeanOfRecentRequests(t *testing.T) {
