@@ -121,8 +121,14 @@ func (b *modelBackend) submit(prompt, output int, blocks []uint64) (*stream, fun
 }
 
 // FirstToken, Token and Finished implement engine.Observer; EndStep calls them with b.mu held.
-func (b *modelBackend) FirstToken(r *engine.Request, _ time.Duration) { b.report(r, false) }
-func (b *modelBackend) Token(r *engine.Request, _ time.Duration)      { b.report(r, false) }
+// The last token's report already says the request is done, so a stream never sees its last
+// token without it and sends that token's chunk without the finish_reason vLLM puts on it.
+func (b *modelBackend) FirstToken(r *engine.Request, _ time.Duration) {
+	b.report(r, r.Generated == r.OutputTokens)
+}
+func (b *modelBackend) Token(r *engine.Request, _ time.Duration) {
+	b.report(r, r.Generated == r.OutputTokens)
+}
 func (b *modelBackend) Finished(r *engine.Request, _ time.Duration) {
 	b.report(r, true)
 	delete(b.streams, r)
