@@ -66,7 +66,9 @@ type Config struct {
 	ShedBacklog time.Duration
 	// Sidecar, when set, is the sidecar configuration of both meridian policies in place of
 	// the shipped one (meridian-sim --sidecar-config reads it from the sidecar's YAML file);
-	// the picker's bucket count is the simulator's either way (simBuckets).
+	// the picker's bucket count is the simulator's either way (simBuckets). Its routing
+	// key's depth (affinity_blocks x block_bytes) is every policy's that hashes on
+	// Request.Key, the baselines' included, so a file that changes it changes them too.
 	Sidecar *server.Config
 	// MoveCost, MinShareChange and RhoMax, when set, are the control server's --move-cost,
 	// --min-share-change and --rho-max for both meridian policies, in place of the shipped

@@ -294,11 +294,12 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 		}
 		if got.optimizer.Params.MoveCost != moveCost || got.optimizer.MinShareChange != minShare || got.optimizer.ShedBacklog != time.Second ||
 			got.optimizer.Params.RhoMax != rho {
-			t.Errorf("%s: move cost %v, min share change %v, shed backlog %v", name,
-				got.optimizer.Params.MoveCost, got.optimizer.MinShareChange, got.optimizer.ShedBacklog)
+			t.Errorf("%s: move cost %v, min share change %v, shed backlog %v, rho max %v", name,
+				got.optimizer.Params.MoveCost, got.optimizer.MinShareChange, got.optimizer.ShedBacklog, got.optimizer.Params.RhoMax)
 		}
 		if unset := (&Config{}).tune(base); unset.optimizer.Params.MoveCost != base.optimizer.Params.MoveCost ||
-			unset.optimizer.MinShareChange != base.optimizer.MinShareChange || unset.sidecar.MoveFactor != base.sidecar.MoveFactor {
+			unset.optimizer.MinShareChange != base.optimizer.MinShareChange || unset.optimizer.Params.RhoMax != base.optimizer.Params.RhoMax ||
+			unset.sidecar.MoveFactor != base.sidecar.MoveFactor {
 			t.Errorf("%s: an empty Config changed the tuning", name)
 		}
 	}

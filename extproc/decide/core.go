@@ -146,8 +146,8 @@ type Core struct {
 	// (cachesUnknown, cachesCold, cachesWarm); firstLooks, under firstLooksMu, lists the
 	// engines looked at. ObserveEngineLoad writes them, off the request path.
 	// warmupWork is the work (prompt tokens plus the decode allowance) of every request
-	// Route picked engines for while the core was new (homeWarmup): what this core may
-	// itself have written into the caches before its first look.
+	// Route steered while the core was new (homeWarmup): what this core may itself have
+	// written into the caches before its first look.
 	caches       atomic.Int32
 	warmupWork   atomic.Int64
 	firstLooksMu sync.Mutex
@@ -164,8 +164,10 @@ type prefillState struct {
 	// base is the engine's Load.InPrefill when it was last seen idle.
 	base float64
 	// queries and hits are its prefix-cache counters at the last scrape, and hitRate the
-	// share of the prompt tokens it looked up that its cache served, smoothed over scrapes.
+	// share of the prompt tokens it looked up that its cache served, smoothed over scrapes
+	// once rated (the first share measured is taken as it is).
 	queries, hits, hitRate float64
+	rated                  bool
 }
 
 // What the engines' KV caches held when the core started, as its first look at each
@@ -182,8 +184,11 @@ const (
 // its homes, and its node's conversations come back within a minute or two; their caches
 // are on the engines the key order gave them, before the restart as after. It does not
 // apply when the engines' caches were empty as the core started (every engine's first
-// scrape shows nothing written into its KV cache: a fleet that starts, or engines that
-// restarted too), where nothing can be at home anywhere.
+// scrape shows no more written into its KV cache than this core has routed by then: a
+// fleet that starts, or engines that restarted too), where nothing can be at home
+// anywhere. When a node's sidecars all start with a fleet and one scrapes an engine only
+// after the others' requests have filled it past its own, it takes the caches for warm and
+// keeps unknown keys on their first engines for that minute.
 const homeWarmup = time.Minute
 
 // warmingUp reports whether an unknown key is taken to be at home on its first engine
@@ -476,9 +481,6 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
 	res := m.table.PickHome(req.Key, work, move, home, buf[:0])
-	if now.Sub(c.started) < homeWarmup {
-		c.warmupWork.Add(work)
-	}
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -508,6 +510,9 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	c.homes.Remember(req.Key, m.table, primary, prompt)
 	c.routedN.Add(1)
 	c.routedWork.Add(work)
+	if now.Sub(c.started) < homeWarmup {
+		c.warmupWork.Add(work)
+	}
 	id := c.tickets.next()
 	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
 		start: now, requestID: req.RequestID}) {
@@ -758,7 +763,10 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 	st, seen := c.prefill[addr]
 	if q := l.PrefixQueries - st.queries; seen && q > 0 {
 		if h := (l.PrefixHits - st.hits) / q; h >= 0 && h <= 1 {
-			st.hitRate = (st.hitRate + h) / 2
+			if st.rated {
+				h = (st.hitRate + h) / 2
+			}
+			st.hitRate, st.rated = h, true
 		}
 	}
 	st.queries, st.hits = l.PrefixQueries, l.PrefixHits

@@ -128,7 +128,7 @@ func TestObserveEngineLoadWeighsPromptsInPrefill(t *testing.T) {
 	}
 	// 10k more scheduled, all found cached; 2k more answered: 16k in prefill, of which
 	// the engine's cache serves half (the 10k of 10k since the last scrape, halved toward
-	// the 0 of 20k before).
+	// the 0 of 20k before, the first share measured).
 	c.ObserveEngineLoad(addr, load(3, 83_000, 10_000, 64_000))
 	if got, want := observed(), 25_000+w*16_000*0.5-ours; got != want {
 		t.Errorf("half the lookups cached: observed %v, want 25k held + %v x 16k x 0.5 - our own = %v", got, w, want)
@@ -143,6 +143,12 @@ func TestObserveEngineLoadWeighsPromptsInPrefill(t *testing.T) {
 	c.ObserveEngineLoad(addr, load(3, 73_000, 0, 62_000))
 	if got, want := observed(), 25_000+w*11_000-ours; got != want {
 		t.Errorf("after a failed scrape: observed %v, want 25k held + %v x 11k - our own = %v", got, w, want)
+	}
+	// The first share measured after it is taken as it is, not halved toward nothing: 10k
+	// more scheduled, all found cached, and the engine's prefill is all cache.
+	c.ObserveEngineLoad(addr, load(3, 83_000, 10_000, 64_000))
+	if got, want := observed(), 25_000-ours; got != want {
+		t.Errorf("first share after a failed scrape, all cached: observed %v, want 25k held - our own = %v", got, want)
 	}
 	// With PrefillWeight 0 prompts in prefill weigh only what they hold.
 	flat := placementCoreWith(t, func(cfg *Config) { cfg.PrefillWeight = 0 })

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/extproc/picker"
 )
 
@@ -100,6 +101,14 @@ report_interval: 3s
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// The shipped file gives the decision core the shipped prefill weight: a decide.Config
+// built without it would weigh prompts in prefill at 0 and every other test would pass.
+func TestDefaultPrefillWeightReachesTheCore(t *testing.T) {
+	if got := DefaultConfig(slog.New(slog.DiscardHandler)).Core().PrefillWeight; got != decide.DefaultPrefillWeight {
+		t.Fatalf("the sidecar's default core weighs prompts in prefill %v times, want %v", got, decide.DefaultPrefillWeight)
 	}
 }
 

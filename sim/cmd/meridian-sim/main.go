@@ -123,8 +123,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.shedBacklog, "shed-backlog", 0, "meridian's control server --shed-backlog: shed only while the engines queue this much work (0: whenever the plan sheds, the default)")
 	var sidecarPath string
 	var moveCost, minShare, rhoMax float64
-	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's)")
-	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default (meridian-defaults) or the fleet tuning's (meridian)")
+	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's; its routing key's depth, affinity_blocks x block_bytes, is also every policy's that hashes on a prefix key)")
+	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default shown (meridian-defaults) or the fleet tuning's (meridian: half the trace's cold engine time)")
 	fs.Float64Var(&minShare, "min-share-change", optimizer.DefaultConfig().MinShareChange, "meridian's control server --min-share-change for both meridian policies; unset, as --move-cost")
 	fs.Float64Var(&rhoMax, "rho-max", optimizer.DefaultConfig().Params.RhoMax, "meridian's control server --rho-max for both meridian policies; unset, as --move-cost")
 	fs.DurationVar(&o.kvDelay, "kv-event-delay", 50*time.Millisecond, "time from an engine's KV-cache event to the routers subscribed to it")
@@ -284,6 +284,20 @@ func loadTrace(o options) ([]trace.Request, error) {
 	return reqs, nil
 }
 
+// baseConfig is the simulation the options describe, over the trace's requests on engines
+// configured by ecfg, for the first scenario and deployment.
+func baseConfig(o options, reqs []trace.Request, ecfg engine.Config) sim.Config {
+	base := sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
+		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
+		Seed: o.seed, Retries: o.retries, Deployment: o.deployments[0],
+		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog,
+		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare, RhoMax: o.rhoMax}
+	if base.Deployment == sim.DeployGlobal {
+		base.Replicas = 1
+	}
+	return base
+}
+
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	reqs, err := loadTrace(o)
 	if err != nil {
@@ -296,14 +310,7 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if o.kvTokens > 0 {
 		ecfg.KVBlocks = o.kvTokens / trace.BlockTokens
 	}
-	base := sim.Config{Trace: reqs, Regions: sim.DefaultRegions, EnginesPerRegion: o.perRegion,
-		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
-		Seed: o.seed, Retries: o.retries, Deployment: o.deployments[0],
-		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog,
-		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare, RhoMax: o.rhoMax}
-	if base.Deployment == sim.DeployGlobal {
-		base.Replicas = 1
-	}
+	base := baseConfig(o, reqs, ecfg)
 	if o.capacity {
 		return runCapacity(ctx, o, base, stdout, stderr)
 	}

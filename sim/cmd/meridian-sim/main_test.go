@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meridian-router/meridian/sim/engine"
 )
 
 // writeTrace writes a small Mooncake-format trace of conversations sharing prefixes.
@@ -194,6 +196,22 @@ func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
 	t.Logf("shed: %v with the defaults, %v capped at one request per engine", base, withCap)
 	if withCap <= base {
 		t.Errorf("--sidecar-config with max_in_flight 1 shed %v, the defaults %v: the file was not applied", withCap, base)
+	}
+
+	// The control server's values reach the simulation exactly when given.
+	o, err := parseFlags([]string{"--trace", tr, "--move-cost", "0.05", "--min-share-change", "0.04", "--rho-max", "0.8"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := baseConfig(o, nil, engine.Config{}); c.MoveCost == nil || *c.MoveCost != 0.05 || c.MinShareChange == nil ||
+		*c.MinShareChange != 0.04 || c.RhoMax == nil || *c.RhoMax != 0.8 {
+		t.Errorf("given: move cost %v, min share change %v, rho max %v", c.MoveCost, c.MinShareChange, c.RhoMax)
+	}
+	if o, err = parseFlags([]string{"--trace", tr}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := baseConfig(o, nil, engine.Config{}); c.MoveCost != nil || c.MinShareChange != nil || c.RhoMax != nil || c.Sidecar != nil {
+		t.Errorf("not given: move cost %v, min share change %v, rho max %v, sidecar %v: want the policies' own", c.MoveCost, c.MinShareChange, c.RhoMax, c.Sidecar)
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
