@@ -7,6 +7,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/meridian-router/meridian/extproc/decide"
 	"github.com/meridian-router/meridian/sim/engine"
 	"github.com/meridian-router/meridian/sim/trace"
 )
@@ -179,7 +180,7 @@ func upperBound(reqs []Request) float64 {
 }
 
 // keyBlocks is how many trace blocks the sidecar's routing key covers: its affinity depth
-// (AffinityBlocks blocks of BlockBytes prompt bytes, at 4 bytes a token) in blocks of
+// (AffinityBlocks blocks of BlockBytes prompt bytes, at decide.BytesPerToken a token) in blocks of
 // trace.BlockTokens tokens, at least one. It is the depth of c.Sidecar when set (for
 // every policy that hashes on Request.Key), of the shipped configuration otherwise.
 func (c *Config) keyBlocks() int {
@@ -187,7 +188,7 @@ func (c *Config) keyBlocks() int {
 	if c.Sidecar != nil {
 		cfg = *c.Sidecar
 	}
-	tokens := cfg.AffinityBlocks * cfg.Request.BlockBytes / 4
+	tokens := cfg.AffinityBlocks * cfg.Request.BlockBytes / decide.BytesPerToken
 	return max(1, tokens/trace.BlockTokens)
 }
 

@@ -145,11 +145,7 @@ type Core struct {
 	// caches is what the core's first look at each engine's KV-cache counters said
 	// (cachesUnknown, cachesCold, cachesWarm); firstLooks, under firstLooksMu, lists the
 	// engines looked at. ObserveEngineLoad writes them, off the request path.
-	// warmupWork is the work (prompt tokens plus the decode allowance) of every request
-	// Route steered while the core was new (homeWarmup): what this core may itself have
-	// written into the caches before its first look.
 	caches       atomic.Int32
-	warmupWork   atomic.Int64
 	firstLooksMu sync.Mutex
 	firstLooks   map[string]struct{}
 	// prefill, under prefillMu, is what inPrefill keeps of each engine between scrapes.
@@ -510,9 +506,6 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	c.homes.Remember(req.Key, m.table, primary, prompt)
 	c.routedN.Add(1)
 	c.routedWork.Add(work)
-	if now.Sub(c.started) < homeWarmup {
-		c.warmupWork.Add(work)
-	}
 	id := c.tickets.next()
 	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
 		start: now, requestID: req.RequestID}) {
@@ -708,9 +701,8 @@ func (c *Core) InFlight() map[string]int64 {
 // it still has to prefill Config.PrefillWeight times more (inPrefill, when the engine
 // states the counters: a prompt being prefilled delays every request that arrives behind
 // it, where one decoding only slows their steps), and each waiting one the mean work of
-// this core's recent requests;
-// otherwise every request, running or
-// waiting, weighs that mean (DecodeWork before the core has routed any). The tokens a
+// this core's recent requests; otherwise every request, running or waiting, weighs that
+// mean (DecodeWork before the core has routed any). The tokens a
 // request holds say what it costs, where a count prices a 100k-token prompt as a short
 // one (docs/results/README.md has what the difference measured). A result that is not a
 // positive finite number forgets the observation (ForgetEngineLoad is the failed scrape's
@@ -723,7 +715,7 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
 		c.loads.SetKVWritten(addr, int64(written), int64(l.KVTokens))
 		if c.clock.Now().Sub(c.started) < homeWarmup { // only the warm-up reads them
-			c.firstLook(addr, written > float64(c.warmupWork.Load()))
+			c.firstLook(addr, written > float64(c.routedWork.Load()))
 		}
 	} else {
 		c.loads.SetKVWritten(addr, 0, 0)
@@ -778,10 +770,10 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 }
 
 // firstLook records what the core's first look at an engine's KV-cache counters said
-// (see warmingUp): one engine that had written into its cache more than this core had
-// sent anywhere by then (warmupWork: requests steered before the first scrape of a fresh
-// fleet write into its caches too) makes the caches warm, and engines that had not make
-// them cold unless one did.
+// (see warmingUp): one engine that had written into its cache more than the work this core
+// had steered anywhere by then (routedWork: requests steered before the first scrape of a
+// fresh fleet write into its caches too) makes the caches warm, and engines that had not
+// make them cold unless one did.
 func (c *Core) firstLook(addr string, written bool) {
 	c.firstLooksMu.Lock()
 	defer c.firstLooksMu.Unlock()

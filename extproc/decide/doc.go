@@ -46,7 +46,6 @@
 //	per-engine observed work      ObserveEngineLoad (the engine-load scrape)     Route (least-work choice)  atomics in picker.Loads (the map under its mutex, off the request path)
 //	each key's last engine        Route (Remember), AdoptPlacements (peers')  Route (PickHome)  atomic words in picker.Homes, one per slot
 //	caches warm at the start      ObserveEngineLoad (first look) Route (warmingUp) atomic.Int32; the engines looked at under firstLooksMu
-//	work routed while new         Route (first minute)           ObserveEngineLoad (first look)  atomic.Int64
 //	changed homes, for peers      Route (Remember's journal)     AppendPlacements  an atomic cursor and ring in picker.Homes; the drain under drainMu
 //	mean work of routed requests  Route (two atomic adds)        ObserveEngineLoad  atomics; the mean under meanMu (off the request path)
 //	engines' prefill counters     ObserveEngineLoad (inPrefill)  ObserveEngineLoad  prefillMu (off the request path)
