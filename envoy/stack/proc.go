@@ -111,7 +111,9 @@ func (p *Proc) stop(sig syscall.Signal, grace time.Duration) {
 	<-done
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago. Two calls in a row can
+// return the same port (the kernel may hand a port just closed to the next listener):
+// code that needs several distinct ports takes them from one Ports.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -119,6 +121,44 @@ func FreePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Ports hands out loopback ports that were free a moment ago, never one it has handed out
+// before. The zero value is ready to use; it is safe for concurrent use.
+type Ports struct {
+	mu    sync.Mutex
+	given map[int]bool
+	free  func() (int, error) // FreePort when nil (tests replace it)
+}
+
+// Port returns a free loopback port this Ports has not returned before.
+func (p *Ports) Port() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.given == nil {
+		p.given = map[int]bool{}
+	}
+	free := p.free
+	if free == nil {
+		free = FreePort
+	}
+	for range 100 {
+		port, err := free()
+		if err != nil {
+			return 0, err
+		}
+		if !p.given[port] {
+			p.given[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("stack: no loopback port not handed out already after 100 tries")
+}
+
+// Addr is Port as "127.0.0.1:port".
+func (p *Ports) Addr() (string, error) {
+	port, err := p.Port()
+	return "127.0.0.1:" + strconv.Itoa(port), err
 }
 
 // WaitHTTP polls url until it answers with want or ctx ends.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -42,7 +41,7 @@ func (s *Stack) DelayByRegion(ctx context.Context, rtt RTTFunc) (*RegionDelay, e
 	d := &RegionDelay{}
 	for _, spec := range s.spec.Engines {
 		e := s.Engines[spec.Name]
-		if err := d.front(ctx, e, spec.Region, rtt); err != nil {
+		if err := d.front(ctx, e, spec.Region, rtt, &s.ports); err != nil {
 			d.Close()
 			return nil, fmt.Errorf("engine %s: %w", e.Name, err)
 		}
@@ -50,12 +49,11 @@ func (s *Stack) DelayByRegion(ctx context.Context, rtt RTTFunc) (*RegionDelay, e
 	return d, nil
 }
 
-func (d *RegionDelay) front(ctx context.Context, e *Engine, region string, rtt RTTFunc) error {
-	inner, err := FreePort()
+func (d *RegionDelay) front(ctx context.Context, e *Engine, region string, rtt RTTFunc, ports *Ports) error {
+	innerAddr, err := ports.Addr()
 	if err != nil {
 		return err
 	}
-	innerAddr := "127.0.0.1:" + strconv.Itoa(inner)
 	e.Proc.Stop(2 * time.Second)
 	e.Proc.Args = append(e.Proc.Args, "--listen", innerAddr)
 	if err := e.Proc.Start(); err != nil {

@@ -88,6 +88,8 @@ type Stack struct {
 	peers []*Proc
 	// PKI issued every certificate; nil for a Plaintext stack.
 	PKI *PKI
+	// ports hands out every port the stack listens on, each once.
+	ports Ports
 }
 
 // Node is one running data-plane node.
@@ -167,10 +169,7 @@ func start(ctx context.Context, spec Spec) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	port := func() (string, error) {
-		p, err := FreePort()
-		return "127.0.0.1:" + strconv.Itoa(p), err
-	}
+	port := s.ports.Addr
 	for _, e := range spec.Engines {
 		addr, err := port()
 		if err != nil {
@@ -345,11 +344,11 @@ func (s *Stack) StartPeerSidecar(ctx context.Context, node string) (string, erro
 	if s.Nodes[node] == nil {
 		return "", fmt.Errorf("no node %q", node)
 	}
-	grpcPort, err := FreePort()
+	grpcPort, err := s.ports.Port()
 	if err != nil {
 		return "", err
 	}
-	httpPort, err := FreePort()
+	httpPort, err := s.ports.Port()
 	if err != nil {
 		return "", err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -29,5 +30,31 @@ func TestWaitUpFailsFastWhenTheProcessExits(t *testing.T) {
 	}
 	if d := time.Since(began); d > 5*time.Second {
 		t.Fatalf("took %s to notice the exit", d)
+	}
+}
+
+// The kernel may hand the port just closed to the next listener: Ports never returns a
+// port twice, and gives up rather than loop when only used ports come.
+func TestPortsNeverHandOutAPortTwice(t *testing.T) {
+	seq := []int{40001, 40001, 40002}
+	p := Ports{free: func() (int, error) { port := seq[0]; seq = seq[1:]; return port, nil }}
+	a, err := p.Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Port()
+	if err != nil || a != 40001 || b != 40002 {
+		t.Fatalf("ports %d, %d (%v): want 40001 then 40002, the repeat skipped", a, b, err)
+	}
+	stuck := Ports{free: func() (int, error) { return 40003, nil }}
+	if _, err := stuck.Port(); err != nil {
+		t.Fatal(err)
+	}
+	if port, err := stuck.Port(); err == nil {
+		t.Fatalf("only a used port on offer: got %d, want an error", port)
+	}
+	var real Ports
+	if addr, err := real.Addr(); err != nil || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("Addr: %q, %v", addr, err)
 	}
 }

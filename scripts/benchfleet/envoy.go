@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -130,24 +129,21 @@ type baselineNode struct {
 
 	dir, envoyBin, name, lbPolicy string
 	eps                           []baselineEndpoint
+	ports                         *stack.Ports
 }
 
 // newBaselineNode prepares (does not start) the Envoy.
-func newBaselineNode(dir, envoyBin, config, region, lbPolicy string, eps []baselineEndpoint) *baselineNode {
-	return &baselineNode{dir: dir, envoyBin: envoyBin, name: config + "-" + region, lbPolicy: lbPolicy, eps: eps}
+func newBaselineNode(dir, envoyBin, config, region, lbPolicy string, eps []baselineEndpoint, ports *stack.Ports) *baselineNode {
+	return &baselineNode{dir: dir, envoyBin: envoyBin, name: config + "-" + region, lbPolicy: lbPolicy, eps: eps, ports: ports}
 }
 
 // configure picks the node's ports and writes its bootstrap.
 func (n *baselineNode) configure() error {
-	port := func() (string, error) {
-		p, err := stack.FreePort()
-		return "127.0.0.1:" + strconv.Itoa(p), err
-	}
-	listen, err := port()
+	listen, err := n.ports.Addr()
 	if err != nil {
 		return err
 	}
-	admin, err := port()
+	admin, err := n.ports.Addr()
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,7 @@ type bench struct {
 	regions   []string
 	engRegion map[string]string
 	baselines map[string]map[string]*baselineNode // config -> region -> node
+	ports     stack.Ports                         // the baseline Envoys' ports, each once
 	synth     *trace.Synthesizer
 	prefixLen int
 	log       progress
@@ -236,7 +237,7 @@ func (b *bench) prepareBaselines(dir, envoyBin string) {
 				eps = append(eps, baselineEndpoint{Address: e.Address, Priority: prio})
 			}
 			slices.SortFunc(eps, func(x, y baselineEndpoint) int { return cmp.Compare(x.Address, y.Address) })
-			b.baselines[c][r] = newBaselineNode(dir, envoyBin, c, r, lb, eps)
+			b.baselines[c][r] = newBaselineNode(dir, envoyBin, c, r, lb, eps, &b.ports)
 		}
 	}
 }
