@@ -30,7 +30,9 @@
 // with Config.Replicas replicas that each keep their own state; a request goes to the
 // replica Request.Replica of its region, drawn per request. DeployGlobal is one pool over
 // every engine with one replica. meridian is not pooled: it is one control server and
-// Config.Replicas sidecars per region, and reads Request.Replica itself.
+// Config.Replicas sidecars per region, and reads Request.Replica itself; the sidecars of a
+// region send each other their requests in flight every peers.interval, as the sidecar's
+// peer exchange does within a region (extproc/server's peers.go).
 //
 // # Capacity
 //

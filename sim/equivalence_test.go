@@ -229,3 +229,45 @@ func TestRejectedRequestIsNotTheEnginesError(t *testing.T) {
 		t.Fatal("the report names no engine: the requests were not logged")
 	}
 }
+
+// The simulated sidecars of a cluster send each other their requests in flight every
+// peers.interval, and only within the cluster: a request one replica sent shows in its
+// cluster's other replicas' snapshots at the next exchange and leaves at the one after it
+// ends, while the engines are scraped on their own, slower, period.
+func TestSimulatedSidecarsSendEachOtherTheirRequestsInFlight(t *testing.T) {
+	cfg := &Config{Regions: DefaultRegions, EnginesPerRegion: 3, RTT: DefaultRTT(), Replicas: 3}
+	w := &Workload{ColdService: 2}
+	m, err := newMeridian(fleetShape{clusters: 3, engines: 9}, cfg, w, defaultTuning(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.ScrapePeriod(), m.cfg.PeerInterval; got != want || want >= m.cfg.EngineLoad.Interval {
+		t.Fatalf("Scrape runs every %v, want the peer interval %v (under the engine scrape's %v)", got, want, m.cfg.EngineLoad.Interval)
+	}
+	var v View
+	v.Engines = make([]EngineView, 9)
+	for i := range v.Engines {
+		v.Engines[i].Up = true
+	}
+	r := &Request{ID: 1, Cluster: 0, Replica: 0, Key: 7, InputTokens: 4000}
+	rt := m.Route(0, r)
+	m.Observe(0, Outcome{Kind: Sent, Request: r, Engine: rt.Engines[0]})
+	peerSees := func(rep int) int64 { return m.sidecars[0][rep].core.PeerInFlight()[m.names[rt.Engines[0]]] }
+	if peerSees(1) != 0 {
+		t.Fatal("replica 1 saw replica 0's request before any exchange")
+	}
+	m.Scrape(m.cfg.PeerInterval, &v)
+	for rep := 1; rep < 3; rep++ {
+		if got := peerSees(rep); got != 1 {
+			t.Errorf("replica %d sees %d of its peer's requests on engine %d after an exchange, want 1", rep, got, rt.Engines[0])
+		}
+	}
+	if got := m.sidecars[1][0].core.PeerInFlight(); len(got) != 0 {
+		t.Errorf("a sidecar of another cluster sees %v: peers are the cluster's own", got)
+	}
+	m.Observe(2*m.cfg.PeerInterval, Outcome{Kind: Done, Request: r, Engine: rt.Engines[0], Final: true})
+	m.Scrape(2*m.cfg.PeerInterval, &v)
+	if got := peerSees(1); got != 0 {
+		t.Errorf("replica 1 still sees %d requests after the request ended and an exchange", got)
+	}
+}

@@ -119,9 +119,15 @@ type meridian struct {
 	lastReport  time.Duration
 	lastPen     time.Duration
 	lastScrape  time.Duration
+	// lastEngineScrape is when the sidecars last scraped their engines.
+	lastEngineScrape time.Duration
 	// lastExchange is when the sidecars' placements were last relayed; placed is its buffer.
 	lastExchange time.Duration
 	placed       []decide.Placement
+	// lastPeers is when the sidecars of each cluster last sent each other their requests in
+	// flight; inFlight is its buffer.
+	lastPeers time.Duration
+	inFlight  []decide.EngineInFlight
 	// kvTokens is each engine's KV capacity in tokens, as its cache_config_info states it.
 	kvTokens  float64
 	buf       [picker.MaxExamined]int
@@ -154,8 +160,9 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 	t = cfg.tune(t)
 	m := &meridian{shape: f, cfg: t.sidecar, clock: &virtualClock{}, byName: map[string]int{}, byAddr: map[string]int{},
 		inflight: map[int]*attemptState{}, solvePeriod: t.solvePeriod, lastSolve: -t.solvePeriod,
-		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval,
-		kvTokens: float64(cfg.Engine.KVBlocks * cfg.Engine.BlockTokens)}
+		lastScrape: -scrapePeriod, lastExchange: -t.sidecar.PlacementInterval, lastPeers: -t.sidecar.PeerInterval,
+		lastEngineScrape: -t.sidecar.EngineLoad.Interval,
+		kvTokens:         float64(cfg.Engine.KVBlocks * cfg.Engine.BlockTokens)}
 	if err := m.cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sidecar config: %w", err)
 	}

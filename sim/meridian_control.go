@@ -108,9 +108,43 @@ func (m *meridian) exchange() (adopted int) {
 	return adopted
 }
 
-// ScrapePeriod is how often each sidecar scrapes its engines' load gauges (the
-// sidecar's engine_load.scrape_interval); 0 turns the feed off.
-func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interval }
+// peersOn reports whether the sidecars of a cluster send each other their requests in
+// flight: when a cluster has more than one.
+func (m *meridian) peersOn() bool { return len(m.sidecars) > 0 && len(m.sidecars[0]) > 1 }
+
+// ScrapePeriod is how often Scrape runs: each sidecar scrapes its engines' load gauges
+// every engine_load.scrape_interval (0 turns the feed off), and the sidecars of a cluster
+// send each other their requests in flight every peers.interval, when it is shorter.
+func (m *meridian) ScrapePeriod() time.Duration {
+	if i := m.cfg.EngineLoad.Interval; i > 0 && m.peersOn() && m.cfg.PeerInterval < i {
+		return m.cfg.PeerInterval
+	}
+	return m.cfg.EngineLoad.Interval
+}
+
+// due reports whether a period that last ran at last runs again at now, on a grid of
+// ScrapePeriod ticks (half a tick of slack absorbs the grid's rounding).
+func (m *meridian) due(now, last, period time.Duration) bool {
+	return now-last >= period-m.ScrapePeriod()/2
+}
+
+// sendInFlight hands each sidecar its cluster's other sidecars' requests in flight, as the
+// peer stream each sidecar watches (extproc/server's peers.go) delivers them every
+// peers.interval. The sidecars of a cluster run in one region, so the stream's delay is
+// the interval's.
+func (m *meridian) sendInFlight() {
+	for _, pool := range m.sidecars {
+		for _, from := range pool {
+			var ranked int64
+			m.inFlight, ranked = from.core.AppendInFlight(m.inFlight[:0])
+			for _, to := range pool {
+				if to != from {
+					to.core.SetPeerInFlight(from.id, m.inFlight, ranked)
+				}
+			}
+		}
+	}
+}
 
 // Scrape hands every sidecar, for each engine it scrapes (decide.Core.LoadTargets), the
 // engine's running and waiting requests, KV-cache use and prefix-cache and generation
@@ -118,6 +152,14 @@ func (m *meridian) ScrapePeriod() time.Duration { return m.cfg.EngineLoad.Interv
 // vLLM states in cache_config_info); a down engine fails the scrape, which forgets its load.
 func (m *meridian) Scrape(now time.Duration, v *View) {
 	m.clock.now = now
+	if m.peersOn() && m.due(now, m.lastPeers, m.cfg.PeerInterval) {
+		m.lastPeers = now
+		m.sendInFlight()
+	}
+	if !m.due(now, m.lastEngineScrape, m.cfg.EngineLoad.Interval) {
+		return
+	}
+	m.lastEngineScrape = now
 	if now-m.lastExchange >= m.cfg.PlacementInterval {
 		m.lastExchange = now
 		m.exchange()

@@ -152,6 +152,12 @@ type Core struct {
 	// ObserveEngineLoad writes it, off the request path.
 	prefillMu sync.Mutex
 	prefill   map[string]prefillState
+	// peers, under peersMu, is what each of the node's other sidecars last sent of its
+	// requests in flight (SetPeerInFlight), and peerSum their sum per engine address; the
+	// picker's counters hold the work (picker.Loads.SetPeers). Off the request path.
+	peersMu sync.Mutex
+	peers   map[string]peerInFlight
+	peerSum map[string]EngineInFlight
 }
 
 // prefillState is what the core keeps of an engine's prefix-cache counters between
@@ -693,9 +699,11 @@ func (c *Core) InFlight() map[string]int64 {
 }
 
 // ObserveEngineLoad records what the engine at addr reports it holds, as its scraped
-// load gauges state it, beyond this core's own requests there: that is other routers'
-// work (the region's other sidecars), which the picker's least-work choice counts until
-// the next observation replaces it; bounded loads keep to the core's own. When the engine
+// load gauges state it, beyond this core's own requests there and its peers' (the node's
+// other sidecars, as they last sent them: SetPeerInFlight): that is other routers' work
+// (other nodes' sidecars, and peers that send nothing), which the picker's least-work
+// choice counts until the next observation replaces it; bounded loads keep to the
+// requests in flight from the core and its peers. When the engine
 // states its KV cache's use and capacity (vLLM's kv_cache_usage_perc and
 // cache_config_info), its running requests weigh the tokens they hold, the prompt tokens
 // it still has to prefill Config.PrefillWeight times more (inPrefill, when the engine
@@ -722,10 +730,11 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	}
 	c.loads.SetWaiting(addr, int64(l.Waiting))
 	var others float64
+	peers := c.peerInFlightAt(addr)
 	if held, ok := l.KVHeld(); ok {
-		others = held + c.cfg.PrefillWeight*c.inPrefill(addr, l) + l.Waiting*c.requestWork() - float64(c.loads.Work(addr))
+		others = held + c.cfg.PrefillWeight*c.inPrefill(addr, l) + l.Waiting*c.requestWork() - float64(c.loads.Work(addr)+peers.Work)
 	} else {
-		others = (l.Requests() - float64(c.loads.InFlight(addr))) * c.requestWork()
+		others = (l.Requests() - float64(c.loads.InFlight(addr)+peers.Requests)) * c.requestWork()
 	}
 	if !(others > 0) || math.IsInf(others, 0) {
 		c.loads.SetObserved(addr, 0)

@@ -19,9 +19,12 @@
 // (LoadTargets: those with a share and the overflow ones; ObserveEngineLoad: the tokens its
 // KV cache holds, the uncached tokens of its prompts in prefill Config.PrefillWeight times
 // more and its waiting requests, or its
-// running plus waiting requests, beyond the core's own) counts as
-// other routers' work in the picker's least-work choice. A request is shed when every candidate is at its
-// local cap (or past the share of it its priority may use: the top 20% of each cap is held
+// running plus waiting requests, beyond the core's own and its peers') counts as
+// other routers' work in the picker's least-work choice. The node's other sidecars send
+// their requests in flight every few milliseconds (SetPeerInFlight; AppendInFlight is
+// this core's half): the picker counts them with the core's own, in bounded loads and the
+// least-work choice, as one sidecar seeing all of the node's traffic would. A request is
+// shed when every candidate is at its local cap (or past the share of it its priority may use: the top 20% of each cap is held
 // back from the lowest class, less for higher ones), or by the control server's shed
 // fraction for the model (guard.Shedder), which takes only requests whose picked engine
 // would hold more than Config.QuotaAt of its KV cache in work or held requests waiting at
@@ -49,6 +52,7 @@
 //	changed homes, for peers      Route (Remember's journal)     AppendPlacements  an atomic cursor and ring in picker.Homes; the drain under drainMu
 //	mean work of routed requests  Route (two atomic adds)        ObserveEngineLoad  atomics; the mean under meanMu (off the request path)
 //	engines' prefill counters     ObserveEngineLoad (inPrefill)  ObserveEngineLoad  prefillMu (off the request path)
+//	peers' requests in flight     SetPeerInFlight, DropPeer      Route (picker.Loads' peer work), ObserveEngineLoad  peersMu for the snapshots; atomics in picker.Loads
 //	per-model arrival counters    Route                          BuildReport      atomic.Int64 (Swap at each report)
 //	per-model shed state          Route (Decide), ApplyPolicy    Route            the model's own mutex (guard.ModelShedder)
 //	retry credits and curve       Route (Allow), Outcome (Spent), ApplyPolicy    Route  CAS on a float64's bits; atomic.Pointer for the curve

@@ -40,10 +40,11 @@
 // once an engine holds (1+ε) × its share, which a sidecar seeing a quarter of a region's
 // traffic rarely observes; the choice moves a long prompt off an engine already busy with
 // more than a prompt's worth of work, to the engine every sidecar ranks next for that key.
-// The choice weighs each engine's work in flight from this process plus the work other
+// The choice weighs each engine's work in flight from this process and its peers (the
+// node's other sidecars, whose snapshots Loads.SetPeers holds) plus the work other
 // routers were last observed to hold on it (Loads.SetObserved: the sidecar scrapes each
 // engine's queue), so sidecars that each send a fraction of an engine's traffic still
-// compare engines as a whole. Bounded loads count only this process's own work. A key's
+// compare engines as a whole. Bounded loads count the work in flight alone. A key's
 // home (Homes: the endpoint this node's sidecars last sent it to, its own placements and
 // its peers', which the decision core exchanges) takes the key's first
 // endpoint's place in the choice, so a conversation the choice moved stays with its

@@ -16,9 +16,12 @@ type counter struct {
 	kw, kc atomic.Int64
 	// q is the requests the engine was last observed to hold waiting, not yet scheduled
 	// (SetWaiting).
-	q  atomic.Int64
+	q atomic.Int64
+	// p is the work the node's other sidecars hold in flight on the endpoint, as they
+	// last sent it (SetPeers); bounded loads and the least-work choice count it with w.
+	p  atomic.Int64
 	id uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
-	_  [12]byte
+	_  [4]byte
 }
 
 // stamp is what Homes stores with a placement on this endpoint of a prompt of tokens: the
@@ -43,9 +46,13 @@ func (c *counter) turnedOver(stamp int64) bool {
 	return d > capacity || d < -capacity
 }
 
-// load is the work the endpoint holds as far as this process knows: its own in flight
-// plus what others were last observed to hold.
-func (c *counter) load() int64 { return c.w.Load() + c.x.Load() }
+// load is the work the endpoint holds as far as this process knows: its own in flight,
+// its peers' in flight as they last sent it, and what others were last observed to hold.
+func (c *counter) load() int64 { return c.w.Load() + c.p.Load() + c.x.Load() }
+
+// inFlight is the work in flight on the endpoint from this process and its peers: what
+// bounded loads weigh.
+func (c *counter) inFlight() int64 { return c.w.Load() + c.p.Load() }
 
 // Loads tracks in-flight requests per endpoint address. It outlives the tables that
 // point into it, so a request started under one table is finished correctly under the
@@ -85,8 +92,8 @@ func (l *Loads) TotalWork() int64 { return l.total.w.Load() + l.over.w.Load() }
 // engine's own queue, scraped) last saw it; it replaces the previous value, and 0 forgets
 // it. The least-work choice counts it with this process's own work, so sidecars that each
 // see a fraction of an engine's traffic judge its load as a whole; bounded loads keep to
-// this process's own counts (see Table.Pick). It takes the Loads' mutex: call it from an
-// observer, not per request.
+// the work in flight, this process's and its peers' (see Table.Pick). It takes the Loads'
+// mutex: call it from an observer, not per request.
 func (l *Loads) SetObserved(addr string, work int64) {
 	work = max(work, 0)
 	if c := l.observer(addr, work != 0); c != nil {
@@ -129,6 +136,43 @@ func (l *Loads) SetWaiting(addr string, n int64) {
 	n = max(n, 0)
 	if c := l.observer(addr, n != 0); c != nil {
 		c.q.Store(n)
+	}
+}
+
+// SetPeers records the work the node's other sidecars hold in flight, as they last sent
+// it: on each address in work (addresses not in it hold none), and on ranked endpoints in
+// all (their Loads' TotalWork less the overflow endpoints', the denominator of bounded
+// loads). Only addresses that have a counter (every endpoint of a table built on this
+// Loads) take it: a peer cannot grow the map. Bounded loads and the least-work choice
+// count it as this process's own, so
+// sidecars that each see a fraction of a node's traffic judge shares and loads over the
+// whole of it; SetObserved's scrape, which counts these requests too, is the caller's to
+// net out. It takes the Loads' mutex: call it from the peer exchange, not per request.
+func (l *Loads) SetPeers(work map[string]int64, ranked int64) {
+	l.mu.Lock()
+	for addr, c := range l.byAddr {
+		c.p.Store(max(work[addr], 0))
+	}
+	l.mu.Unlock()
+	l.total.p.Store(max(ranked, 0))
+}
+
+// Peers is the work the node's other sidecars were last told to hold on addr (SetPeers).
+func (l *Loads) Peers(addr string) int64 { return l.lookup(addr).p.Load() }
+
+// RankedWork is this process's own work in flight on ranked endpoints (TotalWork less the
+// overflow endpoints'): what a peer's SetPeers takes as ranked.
+func (l *Loads) RankedWork() int64 { return l.total.w.Load() }
+
+// Each calls fn with every address that has this process's own work in flight, its
+// requests and their work. It takes the Loads' mutex: call it from the peer exchange.
+func (l *Loads) Each(fn func(addr string, requests, work int64)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for addr, c := range l.byAddr {
+		if n, w := c.n.Load(), c.w.Load(); n > 0 || w > 0 {
+			fn(addr, n, w)
+		}
 	}
 }
 

@@ -554,3 +554,28 @@ func TestObservedWorkInformsTheChoice(t *testing.T) {
 		t.Errorf("Prune forgot %d counters; none should exist beyond the table's", n)
 	}
 }
+
+// The work the node's other sidecars hold in flight (SetPeers) counts in bounded loads
+// as this process's own: an endpoint its peers have loaded past its bound is passed over
+// though this process sent it nothing, and takes its keys back once they finish.
+func TestPeersWorkCountsInBoundedLoads(t *testing.T) {
+	cfg := testConfig()
+	cfg.Fallbacks = 0 // no least-work choice: what moves the key is the bound alone
+	loads := NewLoads()
+	tb := mustTable(t, cfg, fleet(4, equal), loads)
+	dst := make([]int, 0, 4)
+	const key = 0x1234_5678_9abc_def0
+	first := tb.Pick(key, 100, 0, dst).Order[0]
+	addr := tb.Endpoint(first).Address
+	loads.SetPeers(map[string]int64{addr: 1 << 20}, 1<<20)
+	if r := tb.Pick(key, 100, 0, dst); r.Order[0] == first || !r.Spilled {
+		t.Errorf("the key stayed on %s, which holds its peers' 1M of work, all of the node's", addr)
+	}
+	if got := loads.Peers(addr); got != 1<<20 {
+		t.Errorf("Peers(%s) = %d", addr, got)
+	}
+	loads.SetPeers(nil, 0)
+	if r := tb.Pick(key, 100, 0, dst); r.Order[0] != first {
+		t.Errorf("with the peers' work gone the key went to %s, want %s", tb.Endpoint(r.Order[0]).Address, addr)
+	}
+}

@@ -153,11 +153,12 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 // hold the least work relative to its share after taking the request, where every
 // endpoint but that first one is charged move on top of work (the work it must redo
 // because it lacks the key's cached prefix: the decision core passes the prompt's
-// tokens). Ties keep the first. Here an endpoint's work is its work in flight plus the
-// work others were last observed to hold on it (Loads.SetObserved): the choice compares
-// engines as a whole. Bounded loads keep to this process's own counts, as the paper's
-// rule does for one balancer: the observed view is tens of milliseconds old, and
-// measured on the simulator, judging bounds on it spilled keys that the choice keeps
+// tokens). Ties keep the first. Here an endpoint's work is its work in flight (this
+// process's and its peers', Loads.SetPeers) plus the work others were last observed to
+// hold on it (Loads.SetObserved): the choice compares engines as a whole. Bounded loads
+// keep to the work in flight, as the paper's rule does for one balancer: the peers'
+// snapshots are milliseconds old, the observed view tens of milliseconds, and measured
+// on the simulator, judging bounds on it spilled keys that the choice keeps
 // (docs/results/README.md). The others keep the key's order behind it. The
 // alternatives are the key's next endpoints, the same for every sidecar, so a hot key
 // spills to the same few engines everywhere.
@@ -183,7 +184,7 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work, move = max(work, 1), max(move, 0)
-	total := float64(t.total.w.Load() + work)
+	total := float64(t.total.inFlight() + work)
 	b := uint32(mix(key) >> t.shift)
 	for probe := 0; probe < t.maxProbe && nseen < t.maxExam && len(dst) < t.want; probe++ {
 		base := int((b+uint32(probe))&t.mask) * t.k
@@ -196,7 +197,7 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 			}
 			seen[nseen] = c
 			nseen++
-			w := t.ctr[c].w.Load()
+			w := t.ctr[c].inFlight()
 			switch {
 			case t.ctr[c].n.Load() >= t.limit[c]:
 				// At the hard cap: never returned.

@@ -51,6 +51,8 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		{"picker: {overflow_engines: 65}", "picker.overflow_engines is 65"},
 		{"placements: {exchange_interval: 1ms}", "placements.exchange_interval is 1ms"},
 		{"placements: {exchange_interval: 1m}", "placements.exchange_interval is 1m0s"},
+		{"peers: {interval: 500us}", "peers.interval is 500µs"},
+		{"peers: {interval: 2s}", "peers.interval is 2s"},
 		{"engine_load: {scrape_interval: 1ms}", "engine_load.scrape_interval is 1ms"},
 		{"engine_load: {scrape_interval: 1m}", "engine_load.scrape_interval is 1m0s"},
 		{"engine_load: {scrape_timeout: 0s}", "engine_load.scrape_timeout is 0s"},
@@ -81,6 +83,7 @@ shed: {priorities: 6, retry_after: 2s, quota_at: 0.75}
 priority: {default: 5, header: x-tier}
 engine_load: {scrape_interval: 200ms, scrape_timeout: 150ms, prefill_weight: 1.5}
 placements: {exchange_interval: 400ms}
+peers: {interval: 25ms}
 report_interval: 3s
 `), 0o600); err != nil {
 		t.Fatal(err)
@@ -94,9 +97,9 @@ report_interval: 3s
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),
 		c.EngineLoad.Interval.String(), c.EngineLoad.Timeout.String(), c.MoveFactor, c.Core().MoveFactor, c.PlacementInterval.String(),
-		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight}
+		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight, c.PeerInterval.String()}
 	// spill_floor counts short requests: the picker's floor is 6 × decode_work_tokens of work.
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])

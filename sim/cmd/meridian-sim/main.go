@@ -78,7 +78,8 @@ Deployment: every policy but meridian's runs as its users deploy it. --deploymen
 (the default) gives each region its own router pool over that region's engines only, with
 --replicas replicas each keeping its own state; a request goes to a random replica of its
 region. --deployment global is one pool over all engines with one replica. meridian is one
-control server with --replicas sidecars per region under either.
+control server with --replicas sidecars per region under either; a region's sidecars send
+each other their requests in flight every peers.interval (10ms), as they do in production.
 
 --policies oracle adds a reference that no one can deploy (sim/oracle.go): a router that
 knows every engine's cache and prefill queue the instant they change. Run it with
