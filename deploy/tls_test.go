@@ -487,7 +487,7 @@ func runChartPods(t *testing.T, ctx context.Context, env *kubetest.Env, ns strin
 		t.Fatal(err)
 	}
 	ports := map[string]int{}
-	for _, name := range []string{"xds", "http", "ext_proc", "sidecar-http"} {
+	for _, name := range []string{"xds", "http", "ext_proc", "sidecar-http", "peer"} {
 		if ports[name], err = stack.FreePort(); err != nil {
 			t.Fatal(err)
 		}
@@ -540,12 +540,15 @@ func runChartPods(t *testing.T, ctx context.Context, env *kubetest.Env, ns strin
 		"0.0.0.0:18000", loop("xds"), "0.0.0.0:18080", loop("http"))
 	sidecarMove := strings.NewReplacer(
 		"/etc/meridian-tls", mount("sidecar-tls", secret(tlsFiles(t, gw, container(t, gw, "sidecar")))),
-		xdsHost, loop("xds"), "127.0.0.1:19001", loop("ext_proc"), "0.0.0.0:19081", loop("sidecar-http"))
+		xdsHost, loop("xds"), "127.0.0.1:19001", loop("ext_proc"), "0.0.0.0:19081", loop("sidecar-http"),
+		// The pod's address, and the headless Service that names every gateway pod: here the
+		// one sidecar, which watches itself and must recognize it.
+		"$(POD_IP):19082", loop("peer"), fmt.Sprintf("r1-meridian-gateway-peers.%s.svc.cluster.local:19082", ns), loop("peer"))
 	args := func(c corev1.Container, m *strings.Replacer) []string {
 		var out []string
 		for _, a := range c.Args {
 			a = m.Replace(a)
-			if strings.Contains(a, "/etc/") || strings.Contains(a, "0.0.0.0") || strings.Contains(a, ".svc.cluster.local") {
+			if strings.Contains(a, "/etc/") || strings.Contains(a, "0.0.0.0") || strings.Contains(a, ".svc.cluster.local") || strings.Contains(a, "$(") {
 				t.Fatalf("%s: the arg %q names a pod path or address this test does not provide", c.Name, a)
 			}
 			out = append(out, a)
@@ -572,6 +575,17 @@ func runChartPods(t *testing.T, ctx context.Context, env *kubetest.Env, ns strin
 	logs, _ := os.ReadFile(cp.Log)
 	if strings.Contains(string(logs), "INSECURE") {
 		t.Errorf("the chart's control server runs insecure:\n%s", logs)
+	}
+	// Its peer exchange runs over mutual TLS: the sidecar watched the one address its
+	// --peers names, got a snapshot, and found it to be its own.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		s, _ := os.ReadFile(sp.Log)
+		if strings.Contains(string(s), "peer address is this sidecar's own") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chart's sidecar did not recognize itself among its --peers within 30s:\n%s", s)
+		}
 	}
 	t.Logf("the chart's control and sidecar containers, as processes: the sidecar has its snapshot over mutual TLS (args %v)", sp.Args)
 }

@@ -59,6 +59,8 @@ type gauges interface {
 	observedLoad() map[string]int64
 	tablesBuilt() (view, penalties int64)
 	homesExpired() int64
+	peerCount() int64
+	peerInFlight() map[string]int64
 }
 
 func newMetrics(g gauges) (*metrics, error) {
@@ -71,7 +73,7 @@ func newMetrics(g gauges) (*metrics, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	meter := mp.Meter("github.com/meridian-router/meridian/extproc")
 	m := &metrics{Registry: reg, opts: map[[6]string]metric.MeasurementOption{}}
-	var errs [18]error
+	var errs [20]error
 	m.decisions, errs[0] = meter.Int64Counter("meridian_sidecar_decisions", metric.WithDescription("Requests the sidecar decided on, by model and result."))
 	m.picks, errs[1] = meter.Int64Counter("meridian_sidecar_picks", metric.WithDescription("Requests steered to each engine as primary."))
 	m.spills, errs[2] = meter.Int64Counter("meridian_sidecar_spillovers", metric.WithDescription("Picks whose primary is not the key's first engine because of load."))
@@ -95,6 +97,11 @@ func newMetrics(g gauges) (*metrics, error) {
 	m.sentOpt, m.adoptOpt = metric.WithAttributes(attribute.String("direction", "sent")), metric.WithAttributes(attribute.String("direction", "adopted"))
 	var penalty, inflightGauge, observedGauge metric.Float64ObservableGauge
 	var builds, expired metric.Int64ObservableCounter
+	var peersGauge, peerInFlightGauge metric.Int64ObservableGauge
+	peerInFlightGauge, errs[19] = meter.Int64ObservableGauge("meridian_sidecar_engine_peer_in_flight",
+		metric.WithDescription("Requests in flight per engine from the node's other sidecars, as they last sent them (--peers)."))
+	peersGauge, errs[18] = meter.Int64ObservableGauge("meridian_sidecar_peers",
+		metric.WithDescription("The node's other sidecars whose requests in flight this sidecar holds (--peers)."))
 	expired, errs[15] = meter.Int64ObservableCounter("meridian_sidecar_homes_expired",
 		metric.WithDescription("Requests whose key's home had expired: its engine had written more into its KV cache than the cache holds since the key was placed there."))
 	penalty, errs[7] = meter.Float64ObservableGauge("meridian_sidecar_engine_penalty", metric.WithDescription("Outlier weight multiplier per engine (1 = none)."))
@@ -118,8 +125,12 @@ func newMetrics(g gauges) (*metrics, error) {
 		o.ObserveInt64(builds, view, viewCause)
 		o.ObserveInt64(builds, pen, penaltyCause)
 		o.ObserveInt64(expired, g.homesExpired())
+		o.ObserveInt64(peersGauge, g.peerCount())
+		for e, n := range g.peerInFlight() {
+			o.ObserveInt64(peerInFlightGauge, n, metric.WithAttributes(attribute.String("engine", e)))
+		}
 		return nil
-	}, penalty, inflightGauge, observedGauge, builds, expired)
+	}, penalty, inflightGauge, observedGauge, builds, expired, peersGauge, peerInFlightGauge)
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("sidecar metrics: %w", err)

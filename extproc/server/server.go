@@ -616,6 +616,10 @@ func (s *Server) tablesBuilt() (view, penalties int64) { return s.core.TablesBui
 
 func (s *Server) homesExpired() int64 { return s.core.HomesExpired() }
 
+func (s *Server) peerCount() int64 { return int64(len(s.core.Peers())) }
+
+func (s *Server) peerInFlight() map[string]int64 { return s.core.PeerInFlight() }
+
 // continueBody passes a body chunk on unchanged. It is never modified, so every stream
 // sends the same message (protobuf's marshaling only reads it, and caches sizes atomically).
 var continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}

@@ -40,6 +40,8 @@ type flags struct {
 	listen     string
 	httpListen string
 	control    string
+	peerListen string
+	peers      string
 	level      slog.Level
 	pprof      bool
 	otlp       string
@@ -67,6 +69,8 @@ func main() {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:19001", "gRPC address for Envoy's ext_proc filter")
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:19081", "HTTP address for /healthz and /metrics")
 	fs.StringVar(&f.control, "control", "127.0.0.1:18000", "control server xDS address")
+	fs.StringVar(&f.peerListen, "peer-listen", "", "gRPC address where the node's other sidecars watch this one's requests in flight (meridian.v1.PeerLoad); empty: not served")
+	fs.StringVar(&f.peers, "peers", "", "comma-separated host:port of the node's sidecars' --peer-listen (a name may resolve to all of them, this one included); their requests in flight count in this sidecar's picks")
 	var flagged server.File // what explicitly given flags say; applied over the file
 	fs.IntVar(&flagged.Request.BlockBytes, "block-bytes", file.Request.BlockBytes, "bytes of canonical prompt per prefix block (request.block_bytes)")
 	fs.IntVar(&flagged.Request.MaxBlocks, "max-blocks", file.Request.MaxBlocks, "prefix blocks hashed at most (request.max_blocks)")
@@ -74,6 +78,7 @@ func main() {
 	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
 	fs.Int64Var(&flagged.Request.MaxRequestBytes.DefaultBytes, "max-request-bytes", file.Request.MaxRequestBytes.DefaultBytes, "largest request body in bytes: 413 in OpenAI's shape above it (request.max_request_bytes.default_bytes; per model in the --config file)")
 	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
+	fs.DurationVar(&flagged.Peers.Interval, "peer-interval", file.Peers.Interval, "how often this sidecar's requests in flight go to the peers watching it (peers.interval)")
 	fs.StringVar(&f.otlp, "otlp-endpoint", "", "host:port of an OTLP/gRPC collector (plaintext) to export one span per decision to; empty: no spans")
 	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM certificate naming spiffe://meridian/node/<node-id>/sidecar; with --tls-key and --tls-ca, mutual TLS to the control server and from Envoy")
 	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM private key of --tls-cert")
@@ -112,6 +117,8 @@ func main() {
 			file.Picker.Fallbacks = flagged.Picker.Fallbacks
 		case "max-request-bytes":
 			file.Request.MaxRequestBytes.DefaultBytes = flagged.Request.MaxRequestBytes.DefaultBytes
+		case "peer-interval":
+			file.Peers.Interval = flagged.Peers.Interval
 		}
 	})
 	cfg, err := file.Build(log)
@@ -221,7 +228,13 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	go srv.Run(ctx)
 	go srv.Report(ctx, conn, f.nodeID, f.sidecarID)
 	go srv.ExchangePlacements(ctx, conn, f.nodeID, f.sidecarID)
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	peerGS, err := servePeers(ctx, f, srv, tlsSrc, errc)
+	if err != nil {
+		ln.Close()
+		httpLn.Close()
+		return err
+	}
 	go func() {
 		// Until the first xDS view arrives the sidecar could only pass requests through
 		// unsteered; while it does not listen, Envoy fails open to the same weights instead.
@@ -236,6 +249,9 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	case <-ctx.Done():
 		err = nil
 	case err = <-errc:
+	}
+	if peerGS != nil {
+		peerGS.Stop() // its streams never end by themselves
 	}
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()

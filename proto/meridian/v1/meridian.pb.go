@@ -28,6 +28,190 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PeerHello opens a WatchInFlight stream: who is watching.
+type PeerHello struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id must be the served sidecar's own node; sidecar_id names the watcher.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SidecarId     string `protobuf:"bytes,2,opt,name=sidecar_id,json=sidecarId,proto3" json:"sidecar_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerHello) Reset() {
+	*x = PeerHello{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerHello) ProtoMessage() {}
+
+func (x *PeerHello) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerHello.ProtoReflect.Descriptor instead.
+func (*PeerHello) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PeerHello) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PeerHello) GetSidecarId() string {
+	if x != nil {
+		return x.SidecarId
+	}
+	return ""
+}
+
+// InFlight is one sidecar's requests in flight, as its picker counts them, when it was
+// sent: it replaces the previous one from the same sidecar.
+type InFlight struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sidecar_id names the sender; a watcher that finds its own name closes the stream.
+	SidecarId string `protobuf:"bytes,1,opt,name=sidecar_id,json=sidecarId,proto3" json:"sidecar_id,omitempty"`
+	// engines lists the engines the sender has requests in flight to, at most
+	// MaxInFlightEngines.
+	Engines []*EngineInFlight `protobuf:"bytes,2,rep,name=engines,proto3" json:"engines,omitempty"`
+	// ranked_work is the work in flight on engines that hold a share of the node's traffic
+	// (not overflow engines): the denominator of the picker's bounded loads.
+	RankedWork    int64 `protobuf:"varint,3,opt,name=ranked_work,json=rankedWork,proto3" json:"ranked_work,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InFlight) Reset() {
+	*x = InFlight{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InFlight) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InFlight) ProtoMessage() {}
+
+func (x *InFlight) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InFlight.ProtoReflect.Descriptor instead.
+func (*InFlight) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *InFlight) GetSidecarId() string {
+	if x != nil {
+		return x.SidecarId
+	}
+	return ""
+}
+
+func (x *InFlight) GetEngines() []*EngineInFlight {
+	if x != nil {
+		return x.Engines
+	}
+	return nil
+}
+
+func (x *InFlight) GetRankedWork() int64 {
+	if x != nil {
+		return x.RankedWork
+	}
+	return 0
+}
+
+// EngineInFlight is one engine's requests in flight from the sending sidecar.
+type EngineInFlight struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address is the engine's EDS endpoint address (ip:port).
+	Address  string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Requests int64  `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	// work is their work in the picker's units: prompt tokens plus decode_work_tokens each.
+	Work          int64 `protobuf:"varint,3,opt,name=work,proto3" json:"work,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineInFlight) Reset() {
+	*x = EngineInFlight{}
+	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineInFlight) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineInFlight) ProtoMessage() {}
+
+func (x *EngineInFlight) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineInFlight.ProtoReflect.Descriptor instead.
+func (*EngineInFlight) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EngineInFlight) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *EngineInFlight) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *EngineInFlight) GetWork() int64 {
+	if x != nil {
+		return x.Work
+	}
+	return 0
+}
+
 // Placements is a batch of prefix keys and the engines they were sent to. Upstream it is
 // what one sidecar placed since its previous batch; downstream, what the node's other
 // sidecars placed. A placement is a hint: a sidecar that never hears of one routes the key
@@ -45,7 +229,7 @@ type Placements struct {
 
 func (x *Placements) Reset() {
 	*x = Placements{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -57,7 +241,7 @@ func (x *Placements) String() string {
 func (*Placements) ProtoMessage() {}
 
 func (x *Placements) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[0]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -70,7 +254,7 @@ func (x *Placements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Placements.ProtoReflect.Descriptor instead.
 func (*Placements) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{0}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Placements) GetNodeId() string {
@@ -112,7 +296,7 @@ type Placement struct {
 
 func (x *Placement) Reset() {
 	*x = Placement{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +308,7 @@ func (x *Placement) String() string {
 func (*Placement) ProtoMessage() {}
 
 func (x *Placement) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[1]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +321,7 @@ func (x *Placement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Placement.ProtoReflect.Descriptor instead.
 func (*Placement) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{1}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Placement) GetKey() uint64 {
@@ -180,7 +364,7 @@ type LoadReport struct {
 
 func (x *LoadReport) Reset() {
 	*x = LoadReport{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +376,7 @@ func (x *LoadReport) String() string {
 func (*LoadReport) ProtoMessage() {}
 
 func (x *LoadReport) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[2]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +389,7 @@ func (x *LoadReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadReport.ProtoReflect.Descriptor instead.
 func (*LoadReport) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{2}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LoadReport) GetNodeId() string {
@@ -264,7 +448,7 @@ type ModelDemand struct {
 
 func (x *ModelDemand) Reset() {
 	*x = ModelDemand{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +460,7 @@ func (x *ModelDemand) String() string {
 func (*ModelDemand) ProtoMessage() {}
 
 func (x *ModelDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[3]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +473,7 @@ func (x *ModelDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelDemand.ProtoReflect.Descriptor instead.
 func (*ModelDemand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{3}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelDemand) GetModel() string {
@@ -342,7 +526,7 @@ type EngineObservation struct {
 
 func (x *EngineObservation) Reset() {
 	*x = EngineObservation{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +538,7 @@ func (x *EngineObservation) String() string {
 func (*EngineObservation) ProtoMessage() {}
 
 func (x *EngineObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[4]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +551,7 @@ func (x *EngineObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineObservation.ProtoReflect.Descriptor instead.
 func (*EngineObservation) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{4}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EngineObservation) GetEngine() string {
@@ -450,7 +634,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +646,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[5]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +659,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{5}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Policy) GetVersion() string {
@@ -519,7 +703,7 @@ type ModelShed struct {
 
 func (x *ModelShed) Reset() {
 	*x = ModelShed{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +715,7 @@ func (x *ModelShed) String() string {
 func (*ModelShed) ProtoMessage() {}
 
 func (x *ModelShed) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[6]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +728,7 @@ func (x *ModelShed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelShed.ProtoReflect.Descriptor instead.
 func (*ModelShed) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{6}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ModelShed) GetModel() string {
@@ -577,7 +761,7 @@ type RetryBudget struct {
 
 func (x *RetryBudget) Reset() {
 	*x = RetryBudget{}
-	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +773,7 @@ func (x *RetryBudget) String() string {
 func (*RetryBudget) ProtoMessage() {}
 
 func (x *RetryBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_meridian_proto_msgTypes[7]
+	mi := &file_meridian_v1_meridian_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +786,7 @@ func (x *RetryBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
 func (*RetryBudget) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{7}
+	return file_meridian_v1_meridian_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RetryBudget) GetMaxRetriesIdle() uint32 {
@@ -637,7 +821,21 @@ var File_meridian_v1_meridian_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\n" +
-	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"|\n" +
+	"\x1ameridian/v1/meridian.proto\x12\vmeridian.v1\"C\n" +
+	"\tPeerHello\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"sidecar_id\x18\x02 \x01(\tR\tsidecarId\"\x81\x01\n" +
+	"\bInFlight\x12\x1d\n" +
+	"\n" +
+	"sidecar_id\x18\x01 \x01(\tR\tsidecarId\x125\n" +
+	"\aengines\x18\x02 \x03(\v2\x1b.meridian.v1.EngineInFlightR\aengines\x12\x1f\n" +
+	"\vranked_work\x18\x03 \x01(\x03R\n" +
+	"rankedWork\"Z\n" +
+	"\x0eEngineInFlight\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x03R\brequests\x12\x12\n" +
+	"\x04work\x18\x03 \x01(\x03R\x04work\"|\n" +
 	"\n" +
 	"Placements\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
@@ -691,7 +889,9 @@ const file_meridian_v1_meridian_proto_rawDesc = "" +
 	"\rLoadReporting\x12>\n" +
 	"\n" +
 	"StreamLoad\x12\x17.meridian.v1.LoadReport\x1a\x13.meridian.v1.Policy(\x010\x01\x12J\n" +
-	"\x12ExchangePlacements\x12\x17.meridian.v1.Placements\x1a\x17.meridian.v1.Placements(\x010\x01BBZ@github.com/meridian-router/meridian/proto/meridian/v1;meridianv1b\x06proto3"
+	"\x12ExchangePlacements\x12\x17.meridian.v1.Placements\x1a\x17.meridian.v1.Placements(\x010\x012L\n" +
+	"\bPeerLoad\x12@\n" +
+	"\rWatchInFlight\x12\x16.meridian.v1.PeerHello\x1a\x15.meridian.v1.InFlight0\x01BBZ@github.com/meridian-router/meridian/proto/meridian/v1;meridianv1b\x06proto3"
 
 var (
 	file_meridian_v1_meridian_proto_rawDescOnce sync.Once
@@ -705,32 +905,38 @@ func file_meridian_v1_meridian_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_meridian_proto_rawDescData
 }
 
-var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_meridian_v1_meridian_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_meridian_v1_meridian_proto_goTypes = []any{
-	(*Placements)(nil),        // 0: meridian.v1.Placements
-	(*Placement)(nil),         // 1: meridian.v1.Placement
-	(*LoadReport)(nil),        // 2: meridian.v1.LoadReport
-	(*ModelDemand)(nil),       // 3: meridian.v1.ModelDemand
-	(*EngineObservation)(nil), // 4: meridian.v1.EngineObservation
-	(*Policy)(nil),            // 5: meridian.v1.Policy
-	(*ModelShed)(nil),         // 6: meridian.v1.ModelShed
-	(*RetryBudget)(nil),       // 7: meridian.v1.RetryBudget
+	(*PeerHello)(nil),         // 0: meridian.v1.PeerHello
+	(*InFlight)(nil),          // 1: meridian.v1.InFlight
+	(*EngineInFlight)(nil),    // 2: meridian.v1.EngineInFlight
+	(*Placements)(nil),        // 3: meridian.v1.Placements
+	(*Placement)(nil),         // 4: meridian.v1.Placement
+	(*LoadReport)(nil),        // 5: meridian.v1.LoadReport
+	(*ModelDemand)(nil),       // 6: meridian.v1.ModelDemand
+	(*EngineObservation)(nil), // 7: meridian.v1.EngineObservation
+	(*Policy)(nil),            // 8: meridian.v1.Policy
+	(*ModelShed)(nil),         // 9: meridian.v1.ModelShed
+	(*RetryBudget)(nil),       // 10: meridian.v1.RetryBudget
 }
 var file_meridian_v1_meridian_proto_depIdxs = []int32{
-	1, // 0: meridian.v1.Placements.placements:type_name -> meridian.v1.Placement
-	3, // 1: meridian.v1.LoadReport.demand:type_name -> meridian.v1.ModelDemand
-	4, // 2: meridian.v1.LoadReport.engines:type_name -> meridian.v1.EngineObservation
-	6, // 3: meridian.v1.Policy.shed:type_name -> meridian.v1.ModelShed
-	7, // 4: meridian.v1.Policy.retry_budget:type_name -> meridian.v1.RetryBudget
-	2, // 5: meridian.v1.LoadReporting.StreamLoad:input_type -> meridian.v1.LoadReport
-	0, // 6: meridian.v1.LoadReporting.ExchangePlacements:input_type -> meridian.v1.Placements
-	5, // 7: meridian.v1.LoadReporting.StreamLoad:output_type -> meridian.v1.Policy
-	0, // 8: meridian.v1.LoadReporting.ExchangePlacements:output_type -> meridian.v1.Placements
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2,  // 0: meridian.v1.InFlight.engines:type_name -> meridian.v1.EngineInFlight
+	4,  // 1: meridian.v1.Placements.placements:type_name -> meridian.v1.Placement
+	6,  // 2: meridian.v1.LoadReport.demand:type_name -> meridian.v1.ModelDemand
+	7,  // 3: meridian.v1.LoadReport.engines:type_name -> meridian.v1.EngineObservation
+	9,  // 4: meridian.v1.Policy.shed:type_name -> meridian.v1.ModelShed
+	10, // 5: meridian.v1.Policy.retry_budget:type_name -> meridian.v1.RetryBudget
+	5,  // 6: meridian.v1.LoadReporting.StreamLoad:input_type -> meridian.v1.LoadReport
+	3,  // 7: meridian.v1.LoadReporting.ExchangePlacements:input_type -> meridian.v1.Placements
+	0,  // 8: meridian.v1.PeerLoad.WatchInFlight:input_type -> meridian.v1.PeerHello
+	8,  // 9: meridian.v1.LoadReporting.StreamLoad:output_type -> meridian.v1.Policy
+	3,  // 10: meridian.v1.LoadReporting.ExchangePlacements:output_type -> meridian.v1.Placements
+	1,  // 11: meridian.v1.PeerLoad.WatchInFlight:output_type -> meridian.v1.InFlight
+	9,  // [9:12] is the sub-list for method output_type
+	6,  // [6:9] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_meridian_proto_init() }
@@ -744,9 +950,9 @@ func file_meridian_v1_meridian_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_meridian_proto_rawDesc), len(file_meridian_v1_meridian_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_meridian_v1_meridian_proto_goTypes,
 		DependencyIndexes: file_meridian_v1_meridian_proto_depIdxs,

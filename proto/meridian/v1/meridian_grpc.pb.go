@@ -164,3 +164,124 @@ var LoadReporting_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "meridian/v1/meridian.proto",
 }
+
+const (
+	PeerLoad_WatchInFlight_FullMethodName = "/meridian.v1.PeerLoad/WatchInFlight"
+)
+
+// PeerLoadClient is the client API for PeerLoad service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// PeerLoad is served by each sidecar to the node's other sidecars (its peers), which
+// share the node's traffic: a peer that calls WatchInFlight receives, every
+// peers.interval, what this sidecar holds in flight on each engine. Each sidecar then
+// weighs an engine's load and its share with its peers' requests counted within an
+// interval of their start and end, where its scrape of the engine sees them a scrape
+// interval late. A snapshot is a hint: a sidecar that hears none judges by its own
+// requests and its scrapes.
+type PeerLoadClient interface {
+	WatchInFlight(ctx context.Context, in *PeerHello, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InFlight], error)
+}
+
+type peerLoadClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewPeerLoadClient(cc grpc.ClientConnInterface) PeerLoadClient {
+	return &peerLoadClient{cc}
+}
+
+func (c *peerLoadClient) WatchInFlight(ctx context.Context, in *PeerHello, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InFlight], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &PeerLoad_ServiceDesc.Streams[0], PeerLoad_WatchInFlight_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PeerHello, InFlight]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerLoad_WatchInFlightClient = grpc.ServerStreamingClient[InFlight]
+
+// PeerLoadServer is the server API for PeerLoad service.
+// All implementations must embed UnimplementedPeerLoadServer
+// for forward compatibility.
+//
+// PeerLoad is served by each sidecar to the node's other sidecars (its peers), which
+// share the node's traffic: a peer that calls WatchInFlight receives, every
+// peers.interval, what this sidecar holds in flight on each engine. Each sidecar then
+// weighs an engine's load and its share with its peers' requests counted within an
+// interval of their start and end, where its scrape of the engine sees them a scrape
+// interval late. A snapshot is a hint: a sidecar that hears none judges by its own
+// requests and its scrapes.
+type PeerLoadServer interface {
+	WatchInFlight(*PeerHello, grpc.ServerStreamingServer[InFlight]) error
+	mustEmbedUnimplementedPeerLoadServer()
+}
+
+// UnimplementedPeerLoadServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedPeerLoadServer struct{}
+
+func (UnimplementedPeerLoadServer) WatchInFlight(*PeerHello, grpc.ServerStreamingServer[InFlight]) error {
+	return status.Error(codes.Unimplemented, "method WatchInFlight not implemented")
+}
+func (UnimplementedPeerLoadServer) mustEmbedUnimplementedPeerLoadServer() {}
+func (UnimplementedPeerLoadServer) testEmbeddedByValue()                  {}
+
+// UnsafePeerLoadServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to PeerLoadServer will
+// result in compilation errors.
+type UnsafePeerLoadServer interface {
+	mustEmbedUnimplementedPeerLoadServer()
+}
+
+func RegisterPeerLoadServer(s grpc.ServiceRegistrar, srv PeerLoadServer) {
+	// If the following call panics, it indicates UnimplementedPeerLoadServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&PeerLoad_ServiceDesc, srv)
+}
+
+func _PeerLoad_WatchInFlight_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PeerHello)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(PeerLoadServer).WatchInFlight(m, &grpc.GenericServerStream[PeerHello, InFlight]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type PeerLoad_WatchInFlightServer = grpc.ServerStreamingServer[InFlight]
+
+// PeerLoad_ServiceDesc is the grpc.ServiceDesc for PeerLoad service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var PeerLoad_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "meridian.v1.PeerLoad",
+	HandlerType: (*PeerLoadServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchInFlight",
+			Handler:       _PeerLoad_WatchInFlight_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "meridian/v1/meridian.proto",
+}
