@@ -159,6 +159,20 @@ func TestE2EOnLLMDInferenceSim(t *testing.T) {
 			t.Errorf("the control server relayed %v placements (err %v), fewer than the peer adopted (%v)",
 				cm.Value("meridian_control_placements_relayed_total"), err, adopted)
 		}
+		// It also watches the node's sidecar's requests in flight, sidecar to sidecar over
+		// the stack's mutual TLS, and recognizes its own address among its --peers.
+		for peers := 0.0; peers != 1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the peer holds %v peers' requests in flight, want 1 (the node's sidecar)", peers)
+			}
+			pm, err := stack.ScrapeMetrics(ctx, peer+"/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if peers = pm.Value("meridian_sidecar_peers"); peers != 1 {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		waitAccessLog(t, node.AccessLog, before+asked) // the next subtest counts entries from here
 	})
 

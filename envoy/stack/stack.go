@@ -99,6 +99,9 @@ type Node struct {
 	AdminURL    string
 	SidecarHTTP string
 	SidecarGRPC string // ip:port of the sidecar's ext_proc and access-log server
+	// SidecarPeer is ip:port of the sidecar's peer exchange (--peer-listen), which a
+	// peer sidecar of the node watches (StartPeerSidecar); empty with SidecarBin.
+	SidecarPeer string
 	AccessLog   string
 	Envoy       *Proc
 	Sidecar     *Proc
@@ -308,12 +311,17 @@ func (s *Stack) startNode(n NodeSpec, port func() (string, error)) (*Node, error
 		return nil, err
 	}
 	bin := s.spec.Bins.Sidecar
+	args := []string{"--node-id", n.Name, "--listen", sidecar, "--http-listen", sidecarHTTP, "--control", control,
+		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}
 	if n.SidecarBin != "" {
 		bin = n.SidecarBin
+	} else {
+		if node.SidecarPeer, err = port(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--peer-listen", node.SidecarPeer)
 	}
-	node.Sidecar = s.proc("sidecar-"+n.Name, bin, append([]string{"--node-id", n.Name,
-		"--listen", sidecar, "--http-listen", sidecarHTTP, "--control", control,
-		"--body-limit", strconv.FormatUint(uint64(p.BufferLimitBytes), 10)}, append(s.tlsArgs(mtls.Sidecar(n.Name)), s.spec.SidecarArgs...)...))
+	node.Sidecar = s.proc("sidecar-"+n.Name, bin, append(args, append(s.tlsArgs(mtls.Sidecar(n.Name)), s.spec.SidecarArgs...)...))
 	node.Envoy = s.proc("envoy-"+n.Name, s.spec.Bins.Envoy, []string{"-c", bpath, "--disable-hot-restart",
 		"--concurrency", strconv.Itoa(s.spec.EnvoyConcurrency), "--log-level", "warn", "--file-flush-interval-msec", "50"})
 	if !n.WithoutSidecar {
@@ -338,7 +346,8 @@ func (s *Stack) controlAddr() string {
 
 // StartPeerSidecar runs another sidecar of node beside the node's own, as a second replica
 // of the node's data plane would run; no Envoy sends it requests, but it reports to the
-// control server and exchanges placements with the node's sidecar. It returns the peer's
+// control server, exchanges placements with the node's sidecar, and watches the node's
+// sidecar's requests in flight (--peers: the node's sidecar and its own address). It returns the peer's
 // HTTP base URL (metrics, health), once it is healthy; Close stops it.
 func (s *Stack) StartPeerSidecar(ctx context.Context, node string) (string, error) {
 	if s.Nodes[node] == nil {
@@ -352,10 +361,20 @@ func (s *Stack) StartPeerSidecar(ctx context.Context, node string) (string, erro
 	if err != nil {
 		return "", err
 	}
+	peerPort, err := s.ports.Port()
+	if err != nil {
+		return "", err
+	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	// It watches the node's sidecar and itself (as a name listing every sidecar would).
+	own := fmt.Sprintf("127.0.0.1:%d", peerPort)
+	watch := own
+	if n := s.Nodes[node]; n.SidecarPeer != "" {
+		watch = n.SidecarPeer + "," + own
+	}
 	p := s.proc(fmt.Sprintf("sidecar-%s-peer%d", node, len(s.peers)+1), s.spec.Bins.Sidecar, append([]string{"--node-id", node,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", grpcPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort),
-		"--control", s.controlAddr()}, append(s.tlsArgs(mtls.Sidecar(node)), s.spec.SidecarArgs...)...))
+		"--control", s.controlAddr(), "--peer-listen", own, "--peers", watch}, append(s.tlsArgs(mtls.Sidecar(node)), s.spec.SidecarArgs...)...))
 	if err := p.Start(); err != nil {
 		return "", err
 	}
