@@ -543,7 +543,7 @@ func runChartPods(t *testing.T, ctx context.Context, env *kubetest.Env, ns strin
 		xdsHost, loop("xds"), "127.0.0.1:19001", loop("ext_proc"), "0.0.0.0:19081", loop("sidecar-http"),
 		// The pod's address, and the headless Service that names every gateway pod: here the
 		// one sidecar, which watches itself and must recognize it.
-		"$(POD_IP):19082", loop("peer"), fmt.Sprintf("r1-meridian-gateway-peers.%s.svc.cluster.local:19082", ns), loop("peer"))
+		"[$(POD_IP)]:19082", loop("peer"), fmt.Sprintf("r1-meridian-gateway-peers.%s.svc.cluster.local:19082", ns), loop("peer"))
 	args := func(c corev1.Container, m *strings.Replacer) []string {
 		var out []string
 		for _, a := range c.Args {

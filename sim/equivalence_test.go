@@ -271,3 +271,47 @@ func TestSimulatedSidecarsSendEachOtherTheirRequestsInFlight(t *testing.T) {
 		t.Errorf("replica 1 still sees %d requests after the request ended and an exchange", got)
 	}
 }
+
+// With the peer exchange on, Scrape ticks on the common grid of the two periods and each
+// keeps its own: the engines are scraped every engine_load.scrape_interval and the
+// placements relayed every placements.exchange_interval, as with one sidecar per region.
+func TestPeerExchangeKeepsTheScrapeAndPlacementPeriods(t *testing.T) {
+	sc := sidecarConfig()
+	sc.PeerInterval = 30 * time.Millisecond // not a divisor of the 50 ms scrape
+	cfg := &Config{Regions: DefaultRegions, EnginesPerRegion: 3, RTT: DefaultRTT(), Replicas: 2, Sidecar: &sc}
+	w := &Workload{ColdService: 2}
+	m, err := newMeridian(fleetShape{clusters: 3, engines: 9}, cfg, w, defaultTuning(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.ScrapePeriod(); got != 10*time.Millisecond {
+		t.Fatalf("Scrape every %v, want 10ms (the common grid of 50 and 30 ms)", got)
+	}
+	var v View
+	v.Engines = make([]EngineView, 9)
+	var scrapes, exchanges, peers []time.Duration
+	for now := time.Duration(0); now <= 400*time.Millisecond; now += m.ScrapePeriod() {
+		e, x, p := m.lastEngineScrape, m.lastExchange, m.lastPeers
+		m.Scrape(now, &v)
+		if m.lastEngineScrape != e {
+			scrapes = append(scrapes, now)
+		}
+		if m.lastExchange != x {
+			exchanges = append(exchanges, now)
+		}
+		if m.lastPeers != p {
+			peers = append(peers, now)
+		}
+	}
+	every := func(got []time.Duration, period time.Duration) bool {
+		for i, at := range got {
+			if at != time.Duration(i)*period {
+				return false
+			}
+		}
+		return len(got) > 1
+	}
+	if !every(scrapes, 50*time.Millisecond) || !every(exchanges, 200*time.Millisecond) || !every(peers, 30*time.Millisecond) {
+		t.Errorf("engine scrapes at %v, placement exchanges at %v, peer exchanges at %v: want every 50, 200 and 30 ms", scrapes, exchanges, peers)
+	}
+}

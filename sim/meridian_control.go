@@ -114,16 +114,25 @@ func (m *meridian) peersOn() bool { return len(m.sidecars) > 0 && len(m.sidecars
 
 // ScrapePeriod is how often Scrape runs: each sidecar scrapes its engines' load gauges
 // every engine_load.scrape_interval (0 turns the feed off), and the sidecars of a cluster
-// send each other their requests in flight every peers.interval, when it is shorter.
+// send each other their requests in flight every peers.interval. With both, Scrape runs
+// on the grid of their greatest common divisor, so each keeps its own period exactly.
 func (m *meridian) ScrapePeriod() time.Duration {
-	if i := m.cfg.EngineLoad.Interval; i > 0 && m.peersOn() && m.cfg.PeerInterval < i {
+	engines := m.cfg.EngineLoad.Interval
+	if !m.peersOn() {
+		return engines
+	}
+	if engines <= 0 {
 		return m.cfg.PeerInterval
 	}
-	return m.cfg.EngineLoad.Interval
+	a, b := engines, m.cfg.PeerInterval
+	for b > 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
-// due reports whether a period that last ran at last runs again at now, on a grid of
-// ScrapePeriod ticks (half a tick of slack absorbs the grid's rounding).
+// due reports whether a period that last ran at last runs again at now, on the grid of
+// ScrapePeriod ticks (half a tick of slack absorbs rounding).
 func (m *meridian) due(now, last, period time.Duration) bool {
 	return now-last >= period-m.ScrapePeriod()/2
 }
@@ -156,7 +165,7 @@ func (m *meridian) Scrape(now time.Duration, v *View) {
 		m.lastPeers = now
 		m.sendInFlight()
 	}
-	if !m.due(now, m.lastEngineScrape, m.cfg.EngineLoad.Interval) {
+	if m.cfg.EngineLoad.Interval <= 0 || !m.due(now, m.lastEngineScrape, m.cfg.EngineLoad.Interval) {
 		return
 	}
 	m.lastEngineScrape = now

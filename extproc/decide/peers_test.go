@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/extproc/outcome"
 )
 
@@ -74,11 +75,22 @@ func TestPeersInFlightCountsInPicksAndNetsOutOfTheScrape(t *testing.T) {
 	if got, want := c.ObservedLoad()[home], int64(2*(100+DefaultDecodeWork)); got != want {
 		t.Errorf("observed %d for other routers, want %d: the peer's 3 requests must not count twice", got, want)
 	}
+	// An engine that states its KV cache: the 25k tokens it holds less the peer's 15k of
+	// work are other routers'.
+	kv := enginemetrics.Load{Running: 5, KVUsage: 0.25, KVTokens: 100_000}
+	c.ObserveEngineLoad(addr, kv)
+	if got, want := c.ObservedLoad()[home], int64(25_000-3*5_000); got != want {
+		t.Errorf("observed %d from the KV cache, want 25k held - the peer's 15k = %d", got, want)
+	}
 	// A peer's new snapshot replaces its last.
 	c.SetPeerInFlight("10.0.0.2:19082", nil, 0)
 	c.ObserveEngineLoad(addr, requests(5))
 	if got, want := c.ObservedLoad()[home], int64(5*(100+DefaultDecodeWork)); got != want {
 		t.Errorf("observed %d after the peer's requests ended, want %d", got, want)
+	}
+	c.ObserveEngineLoad(addr, kv)
+	if got, want := c.ObservedLoad()[home], int64(25_000); got != want {
+		t.Errorf("observed %d from the KV cache after the peer's requests ended, want %d", got, want)
 	}
 }
 

@@ -70,6 +70,9 @@ type Loads struct {
 
 	mu     sync.Mutex
 	byAddr map[string]*counter
+	// peers is the work SetPeers was last given per address, for counters made after it
+	// (an endpoint that joins a table between two peer snapshots starts with its share).
+	peers  map[string]int64
 	addrs  map[uint32]string // id -> address, for the counters in byAddr
 	lastID uint32
 }
@@ -143,13 +146,15 @@ func (l *Loads) SetWaiting(addr string, n int64) {
 // it: on each address in work (addresses not in it hold none), and on ranked endpoints in
 // all (their Loads' TotalWork less the overflow endpoints', the denominator of bounded
 // loads). Only addresses that have a counter (every endpoint of a table built on this
-// Loads) take it: a peer cannot grow the map. Bounded loads and the least-work choice
+// Loads, now or later) take it: a peer cannot grow the map. The caller must not change
+// work afterwards. Bounded loads and the least-work choice
 // count it as this process's own, so
 // sidecars that each see a fraction of a node's traffic judge shares and loads over the
 // whole of it; SetObserved's scrape, which counts these requests too, is the caller's to
 // net out. It takes the Loads' mutex: call it from the peer exchange, not per request.
 func (l *Loads) SetPeers(work map[string]int64, ranked int64) {
 	l.mu.Lock()
+	l.peers = work
 	for addr, c := range l.byAddr {
 		c.p.Store(max(work[addr], 0))
 	}
@@ -225,6 +230,7 @@ func (l *Loads) Prune(keep *Table) int {
 // newCounter adds addr's counter, with the next id (0 once maxID are taken). l.mu is held.
 func (l *Loads) newCounter(addr string) *counter {
 	c := new(counter)
+	c.p.Store(max(l.peers[addr], 0))
 	if l.lastID < maxID {
 		l.lastID++
 		c.id = l.lastID

@@ -579,3 +579,28 @@ func TestPeersWorkCountsInBoundedLoads(t *testing.T) {
 		t.Errorf("with the peers' work gone the key went to %s, want %s", tb.Endpoint(r.Order[0]).Address, addr)
 	}
 }
+
+// The peers' work counts in the least-work choice too: with bounds so loose that no
+// endpoint is ever over its own, a key still leaves its first endpoint for the next once
+// its peers hold more there than moving costs.
+func TestPeersWorkCountsInTheLeastWorkChoice(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon = 1000 // bounded loads never pass an endpoint over
+	loads := NewLoads()
+	tb := mustTable(t, cfg, fleet(4, equal), loads)
+	dst := make([]int, 0, 4)
+	const key = 0x0fed_cba9_8765_4321
+	r := tb.Pick(key, 100, 500, dst)
+	first, next := r.Order[0], r.Order[1]
+	loads.SetPeers(map[string]int64{tb.Endpoint(first).Address: 1 << 20}, 1<<20)
+	if got := tb.Pick(key, 100, 500, dst).Order[0]; got != next {
+		t.Errorf("primary %s, want %s: the first holds its peers' 1M of work, moving costs 500", tb.Endpoint(got).Address, tb.Endpoint(next).Address)
+	}
+	// A counter made after the snapshot (an endpoint joining a table) starts with its share.
+	late := Endpoint{Address: "10.9.9.9:8000", Engine: "late", Weight: 1}
+	loads.SetPeers(map[string]int64{late.Address: 777}, 777)
+	mustTable(t, cfg, append(fleet(4, equal), late), loads)
+	if got := loads.Peers(late.Address); got != 777 {
+		t.Errorf("an endpoint added after the peers' snapshot holds %d of their work, want 777", got)
+	}
+}

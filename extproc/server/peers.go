@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"slices"
 	"sync"
@@ -94,15 +93,17 @@ type PeerDialer func(target string) (*grpc.ClientConn, error)
 // WatchPeers watches the PeerLoad service of every address peers name (host:port; a name
 // that resolves to several addresses, such as a headless Service of the node's sidecar
 // pods, stands for each), until ctx is done: each snapshot a peer sends replaces the
-// last in the decision core (decide.Core.SetPeerInFlight), and a peer whose stream ends or
-// that is silent for three seconds is forgotten (DropPeer) until it sends again. Names are
-// looked up again every five seconds; this sidecar's own address is recognized by the
-// name in its snapshots and left alone.
+// last in the decision core (decide.Core.SetPeerInFlight, under the sender's name), and a
+// peer whose streams all end or go silent for three seconds is forgotten (DropPeer) until
+// it sends again. Names are looked up again every five seconds (a lookup that fails keeps
+// the name's last addresses); this sidecar's own address is recognized by the name in its
+// snapshots and left alone, and a sidecar reached at two addresses counts once.
 func (s *Server) WatchPeers(ctx context.Context, peers []string, dial PeerDialer, nodeID, sidecarID string) {
-	w := &peerWatch{s: s, dial: dial, node: nodeID, id: sidecarID, running: map[string]context.CancelFunc{}, self: map[string]bool{}}
+	w := &peerWatch{s: s, dial: dial, node: nodeID, id: sidecarID, running: map[string]context.CancelFunc{},
+		self: map[string]bool{}, live: map[string]int{}, resolved: map[string][]string{}}
 	defer w.stopAll()
 	for {
-		w.reconcile(ctx, resolvePeers(ctx, peers, s.cfg.Log))
+		w.reconcile(ctx, w.resolve(ctx, peers))
 		select {
 		case <-ctx.Done():
 			return
@@ -118,7 +119,10 @@ type peerWatch struct {
 	mu       sync.Mutex
 	running  map[string]context.CancelFunc // target -> its watch
 	self     map[string]bool               // targets found to be this sidecar
+	live     map[string]int                // sender name -> its streams that have sent a snapshot
 	wg       sync.WaitGroup
+	// resolved is each --peers name's last good lookup (resolve's goroutine only).
+	resolved map[string][]string
 }
 
 // reconcile starts a watch for each new target and stops those no longer named.
@@ -162,12 +166,10 @@ func (w *peerWatch) stopAll() {
 // watch keeps one peer's stream open, with backoff, until ctx ends or the target turns
 // out to be this sidecar.
 func (w *peerWatch) watch(ctx context.Context, target string) {
-	defer w.s.core.DropPeer(target)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		began := time.Now()
 		err := w.watchOnce(ctx, target)
-		w.s.core.DropPeer(target)
 		if errors.Is(err, errSelf) {
 			w.s.cfg.Log.Info("peer address is this sidecar's own; not watched", "peer", target)
 			w.mu.Lock()
@@ -191,6 +193,8 @@ func (w *peerWatch) watch(ctx context.Context, target string) {
 	}
 }
 
+// watchOnce runs one stream to target until it ends; the sender's snapshot is forgotten
+// then, unless another of its streams is live.
 func (w *peerWatch) watchOnce(ctx context.Context, target string) error {
 	conn, err := w.dial(target)
 	if err != nil {
@@ -205,6 +209,12 @@ func (w *peerWatch) watchOnce(ctx context.Context, target string) error {
 	}
 	silent := time.AfterFunc(peerSilence, cancel)
 	defer silent.Stop()
+	sender := ""
+	defer func() {
+		if sender != "" {
+			w.release(sender)
+		}
+	}()
 	var es []decide.EngineInFlight
 	for {
 		m, err := stream.Recv()
@@ -212,46 +222,79 @@ func (w *peerWatch) watchOnce(ctx context.Context, target string) error {
 			return err
 		}
 		silent.Reset(peerSilence)
-		if m.GetSidecarId() == w.id {
+		id := m.GetSidecarId()
+		if id == w.id {
 			return errSelf
+		}
+		if id == "" || (sender != "" && id != sender) {
+			return fmt.Errorf("peer %s named itself %q after %q", target, id, sender)
 		}
 		if len(m.GetEngines()) > meridianv1.MaxInFlightEngines {
 			return fmt.Errorf("peer %s sent %d engines, more than %d", target, len(m.GetEngines()), meridianv1.MaxInFlightEngines)
+		}
+		if sender == "" {
+			sender = id
+			w.mu.Lock()
+			w.live[sender]++
+			w.mu.Unlock()
 		}
 		es = es[:0]
 		for _, e := range m.GetEngines() {
 			es = append(es, decide.EngineInFlight{Address: e.GetAddress(), Requests: e.GetRequests(), Work: e.GetWork()})
 		}
-		w.s.core.SetPeerInFlight(target, es, m.GetRankedWork())
+		w.s.core.SetPeerInFlight(sender, es, m.GetRankedWork())
 	}
 }
 
-// resolvePeers expands each host:port in peers into an address per IP its host resolves
-// to (an IP stays as it is), sorted and without duplicates. A name that fails to resolve
-// is logged and skipped until the next look.
-func resolvePeers(ctx context.Context, peers []string, log *slog.Logger) []string {
+// release ends one of sender's streams; with its last, its snapshot is forgotten.
+func (w *peerWatch) release(sender string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.live[sender]--; w.live[sender] > 0 {
+		return
+	}
+	delete(w.live, sender)
+	w.s.core.DropPeer(sender)
+}
+
+// resolve expands each host:port in peers into an address per IP its host resolves to
+// (an IP stays as it is; an IPv6 one in brackets), sorted and without duplicates. A name
+// whose lookup fails keeps its last good addresses, and is logged.
+func (w *peerWatch) resolve(ctx context.Context, peers []string) []string {
 	var out []string
 	for _, p := range peers {
-		host, port, err := net.SplitHostPort(p)
+		addrs, err := resolvePeer(ctx, p)
 		if err != nil {
-			log.Warn("peer address is not host:port; skipped", "peer", p, "err", err)
-			continue
+			w.s.cfg.Log.Warn("peer name does not resolve; keeping its last addresses", "peer", p, "last", w.resolved[p], "err", err)
+			addrs = w.resolved[p]
+		} else {
+			w.resolved[p] = addrs
 		}
-		if net.ParseIP(host) != nil {
-			out = append(out, p)
-			continue
-		}
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ips, err := net.DefaultResolver.LookupHost(lctx, host)
-		cancel()
-		if err != nil {
-			log.Warn("peer name does not resolve; looking again later", "peer", p, "err", err)
-			continue
-		}
-		for _, ip := range ips {
-			out = append(out, net.JoinHostPort(ip, port))
-		}
+		out = append(out, addrs...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// resolvePeer is the addresses p (host:port) stands for: itself when host is an IP, else
+// one per IP the name resolves to.
+func resolvePeer(ctx context.Context, p string) ([]string, error) {
+	host, port, err := net.SplitHostPort(p)
+	if err != nil {
+		return nil, err
+	}
+	if net.ParseIP(host) != nil {
+		return []string{net.JoinHostPort(host, port)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupHost(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = net.JoinHostPort(ip, port)
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,11 +48,13 @@ func waitGauge(t *testing.T, srv *server.Server, name string, want float64) {
 
 // Two sidecars of one node over real gRPC: each request one holds in flight shows in the
 // other's view within the peer interval and leaves it when it ends; a sidecar watching its
-// own address (a headless Service lists every pod) recognizes itself; a peer that goes
-// away is dropped; and a sidecar of another node is refused.
+// own address (a headless Service lists every pod) recognizes itself; a peer reached at
+// two addresses counts once, and is dropped when it is gone from both; and a watch that
+// names another node is refused.
 func TestPeersSeeEachOthersRequestsInFlight(t *testing.T) {
 	h1, h2 := newHarness(t), newHarness(t)
 	a1, g1 := servePeerLoad(t, h1.srv, "s1")
+	a1b, g1b := servePeerLoad(t, h1.srv, "s1") // h1 again, at a second address (A and AAAA records)
 	a2, _ := servePeerLoad(t, h2.srv, "s2")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -59,7 +62,7 @@ func TestPeersSeeEachOthersRequestsInFlight(t *testing.T) {
 	dialPeer := func(target string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
-	wg.Go(func() { h2.srv.WatchPeers(ctx, []string{a1, a2}, dialPeer, "region-a", "s2") })
+	wg.Go(func() { h2.srv.WatchPeers(ctx, []string{a1, a1b, a2}, dialPeer, "region-a", "s2") })
 	waitGauge(t, h2.srv, "meridian_sidecar_peers", 1)
 
 	// A request Envoy holds open on h1 (its stream not yet closed) is in flight there.
@@ -89,6 +92,10 @@ func TestPeersSeeEachOthersRequestsInFlight(t *testing.T) {
 		t.Fatalf("h1 holds %v requests in flight, want 1", v)
 	}
 	waitGauge(t, h2.srv, "meridian_sidecar_engine_peer_in_flight", 1)
+	time.Sleep(50 * time.Millisecond) // several peer intervals: a second count would show by now
+	if v := gauge(t, h2.srv, "meridian_sidecar_engine_peer_in_flight"); v != 1 {
+		t.Errorf("h2 counts %v of h1's requests, want 1: h1 reached at two addresses counts once", v)
+	}
 	if v := gauge(t, h2.srv, "meridian_sidecar_engine_in_flight"); v != 0 {
 		t.Errorf("h2's own in flight = %v: a peer's request is not its own", v)
 	}
@@ -96,8 +103,14 @@ func TestPeersSeeEachOthersRequestsInFlight(t *testing.T) {
 	rcancel()
 	waitGauge(t, h2.srv, "meridian_sidecar_engine_peer_in_flight", 0)
 
-	// h1 goes away: h2 forgets it.
+	// h1 goes away at one address: its other stream still counts. Then at both: h2
+	// forgets it.
 	g1.Stop()
+	time.Sleep(50 * time.Millisecond)
+	if v := gauge(t, h2.srv, "meridian_sidecar_peers"); v != 1 {
+		t.Errorf("h2 holds %v peers with h1 still reachable at its second address, want 1", v)
+	}
+	g1b.Stop()
 	waitGauge(t, h2.srv, "meridian_sidecar_peers", 0)
 
 	// A sidecar of another node may not watch.
@@ -109,4 +122,36 @@ func TestPeersSeeEachOthersRequestsInFlight(t *testing.T) {
 	if _, err := ws.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("another node's watch ended with %v, want InvalidArgument", err)
 	}
+}
+
+// silentPeer sends one snapshot on its first stream and nothing on later ones: a peer that
+// is connected and hung.
+type silentPeer struct {
+	meridianv1.UnimplementedPeerLoadServer
+	streams atomic.Int32
+}
+
+func (p *silentPeer) WatchInFlight(_ *meridianv1.PeerHello, st meridianv1.PeerLoad_WatchInFlightServer) error {
+	if p.streams.Add(1) == 1 {
+		if err := st.Send(&meridianv1.InFlight{SidecarId: "hung"}); err != nil {
+			return err
+		}
+	}
+	<-st.Context().Done()
+	return nil
+}
+
+// A peer that stays connected but stops sending is forgotten after its silence.
+func TestASilentPeerIsForgotten(t *testing.T) {
+	h := newHarness(t)
+	addr := serve(t, func(g *grpc.Server) { meridianv1.RegisterPeerLoadServer(g, &silentPeer{}) })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	dialPeer := func(target string) (*grpc.ClientConn, error) {
+		return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	wg.Go(func() { h.srv.WatchPeers(ctx, []string{addr}, dialPeer, "region-a", "s2") })
+	waitGauge(t, h.srv, "meridian_sidecar_peers", 1)
+	waitGauge(t, h.srv, "meridian_sidecar_peers", 0) // after 3 s of silence (waitGauge's bound is 10 s)
 }

@@ -229,11 +229,14 @@ func run(ctx context.Context, f flags, cfg server.Config) error {
 	go srv.Report(ctx, conn, f.nodeID, f.sidecarID)
 	go srv.ExchangePlacements(ctx, conn, f.nodeID, f.sidecarID)
 	errc := make(chan error, 4)
-	peerGS, err := servePeers(ctx, f, srv, tlsSrc, errc)
+	peerGS, peerAddr, err := servePeers(ctx, f, srv, tlsSrc, errc)
 	if err != nil {
 		ln.Close()
 		httpLn.Close()
 		return err
+	}
+	if peerAddr != "" || f.peers != "" {
+		cfg.Log.Info("peer exchange", "listen", peerAddr, "peers", f.peers, "interval", cfg.PeerInterval)
 	}
 	go func() {
 		// Until the first xDS view arrives the sidecar could only pass requests through

@@ -24,7 +24,7 @@ func transport(f flags, log *slog.Logger) (*mtls.Source, error) {
 	}
 	if !f.tls.Enabled() {
 		if f.insecure {
-			log.Warn("INSECURE: plaintext ext_proc and control connections; any peer that reaches them can steer or read this node's routing (--insecure)")
+			log.Warn("INSECURE: plaintext ext_proc, control and peer (--peer-listen, --peers) connections; any peer that reaches them can steer or read this node's routing (--insecure)")
 			return nil, nil
 		}
 		addrs := map[string]string{"--listen": f.listen, "--control": f.control}
@@ -73,18 +73,25 @@ func sidecarOf(node string) mtls.Authorize {
 	}
 }
 
+// maxPeerStreams bounds the WatchInFlight streams one peer connection may hold open.
+const maxPeerStreams = 16
+
 // servePeers serves meridian.v1.PeerLoad on --peer-listen (when given) and watches
 // --peers (when given), both with the sidecar's mutual TLS identity when TLS is on: a
-// peer must be a sidecar of the same node. It returns the peer gRPC server (nil when not
-// serving); Serve's end goes to errc.
-func servePeers(ctx context.Context, f flags, srv *server.Server, tlsSrc *mtls.Source, errc chan<- error) (*grpc.Server, error) {
+// peer must be a sidecar of the same node. It returns the peer gRPC server and its address
+// (nil and "" when not serving); Serve's end goes to errc.
+func servePeers(ctx context.Context, f flags, srv *server.Server, tlsSrc *mtls.Source, errc chan<- error) (*grpc.Server, string, error) {
 	var gs *grpc.Server
+	var addr string
 	if f.peerListen != "" {
 		ln, err := net.Listen("tcp", f.peerListen)
 		if err != nil {
-			return nil, fmt.Errorf("peer listen on %s: %w", f.peerListen, err)
+			return nil, "", fmt.Errorf("peer listen on %s: %w", f.peerListen, err)
 		}
-		var opts []grpc.ServerOption
+		addr = ln.Addr().String()
+		// A node runs a few sidecars; each watches this one on one stream (two if it reaches
+		// it at two addresses).
+		opts := []grpc.ServerOption{grpc.MaxConcurrentStreams(maxPeerStreams)}
 		if tlsSrc != nil {
 			opts = append(opts, grpc.Creds(tlsSrc.ServerCredentials(sidecarOf(f.nodeID), nil)))
 		}
@@ -102,7 +109,7 @@ func servePeers(ctx context.Context, f flags, srv *server.Server, tlsSrc *mtls.S
 		}
 		go srv.WatchPeers(ctx, peers, dial, f.nodeID, f.sidecarID)
 	}
-	return gs, nil
+	return gs, addr, nil
 }
 
 // envoyOf allows only the Envoy of node to call the sidecar (ext_proc and the access log).
