@@ -134,13 +134,6 @@ func requestIDReuse(ctx context.Context, t *testing.T, s *stack.Stack) {
 		release()
 		wg.Wait()
 	}()
-	for i := range held {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = send(hctx, url, chatBody(fmt.Sprintf("victim %d", i)), map[string]string{"x-request-id": fmt.Sprintf("victim-%d", i)})
-		}()
-	}
 	inFlight := func() float64 {
 		m, err := s.SidecarMetrics(ctx, node)
 		if err != nil {
@@ -148,9 +141,19 @@ func requestIDReuse(ctx context.Context, t *testing.T, s *stack.Stack) {
 		}
 		return m.Value("meridian_sidecar_engine_in_flight")
 	}
-	for deadline := time.Now().Add(10 * time.Second); inFlight() < float64(held); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the held requests never filled every engine: in flight %v, want %d", inFlight(), held)
+	// One at a time: picks that run at once read the counts without coordination and may
+	// overshoot a cap by the number of concurrent pickers (picker.Table.Pick), which would
+	// leave another engine below its cap.
+	for i := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = send(hctx, url, chatBody(fmt.Sprintf("victim %d", i)), map[string]string{"x-request-id": fmt.Sprintf("victim-%d", i)})
+		}()
+		for deadline := time.Now().Add(10 * time.Second); inFlight() < float64(i+1); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("held request %d never started: in flight %v, want %d", i, inFlight(), i+1)
+			}
 		}
 	}
 	// Envoy tells each client the id it gave the request, never the one the client sent.
