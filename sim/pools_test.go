@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/sim/engine"
+	"github.com/meridian-router/meridian/sim/trace"
 )
 
 // recorder policy: remembers what it was given, in its pool's indices.
@@ -143,6 +144,37 @@ func TestAnchorsRunUnderBothDeployments(t *testing.T) {
 				t.Errorf("%s %s: %d of %d completed, hit rate %v, attainment %v", dep, r.Policy,
 					r.Completed, r.Requests, r.KVHitRate, r.SLOAttainment)
 			}
+		}
+	}
+}
+
+// A session trace's turns all share their first blocks (a system prompt every session
+// sends); the session each turn belongs to, not its first block, picks its region.
+func TestASessionEntersThroughOneRegion(t *testing.T) {
+	var reqs []trace.Request
+	for i := range 300 {
+		reqs = append(reqs, trace.Request{Arrival: time.Duration(i) * time.Second, InputTokens: 1024, OutputTokens: 10,
+			HashIDs: []uint64{0, uint64(1 + i)}, Conversation: uint64(1 + i%30)})
+	}
+	cfg := testSimConfig(t, conversationTrace(10, 1), Steady)
+	cfg.Trace = reqs
+	w, err := BuildWorkload(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	region := map[uint64]int{}
+	perRegion := make([]int, len(cfg.Regions))
+	for i, r := range w.Requests {
+		c := reqs[i].Conversation
+		if got, ok := region[c]; ok && got != r.Cluster {
+			t.Fatalf("session %d enters through regions %d and %d", c, got, r.Cluster)
+		}
+		region[c] = r.Cluster
+		perRegion[r.Cluster]++
+	}
+	for k, n := range perRegion {
+		if n == 0 {
+			t.Errorf("no session enters through region %d (%v): they all share their first block", k, perRegion)
 		}
 	}
 }

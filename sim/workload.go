@@ -109,7 +109,11 @@ func (c *Config) newRequest(id int, r trace.Request, keyBlocks int) Request {
 		conv = r.HashIDs[0]
 		req.Key = mix(r.HashIDs[min(len(r.HashIDs), keyBlocks)-1], c.Seed)
 	}
-	// A conversation (same first block) always enters through the same region.
+	if r.Conversation != 0 {
+		conv = r.Conversation
+	}
+	// A conversation (same first block, or the session the trace names) always enters
+	// through the same region.
 	req.Cluster = int(mix(conv, c.Seed^0x5eed) % uint64(len(c.Regions)))
 	req.Replica = c.replicaOf(id)
 	return req

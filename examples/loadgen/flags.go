@@ -125,7 +125,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.prefixBlocks, "prefix-blocks", 1, "open loop: length of a group prefix in 512-token blocks")
 
 	fs.StringVar(&o.tracePath, "trace", "", "replay this trace file (Mooncake JSONL or Azure CSV) instead of an open loop")
-	fs.StringVar(&o.traceFormat, "trace-format", "auto", "trace format: auto, mooncake or azure")
+	fs.StringVar(&o.traceFormat, "trace-format", "auto", "trace format: auto, mooncake, azure or sessions (AIPerf multi-turn sessions)")
 	fs.IntVar(&o.blockBytes, "block-bytes", 256, fmt.Sprintf("prompt bytes per 512-token block (>= %d); about 2048 reproduces real prompt sizes", trace.MinBlockBytes))
 	fs.IntVar(&o.maxOutput, "max-output", 0, "cap max_tokens of every request (0: no cap), e.g. to shorten long trace outputs")
 

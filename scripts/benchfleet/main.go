@@ -126,7 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{slo: DefaultSLO()}
 	var configs string
 	fs.StringVar(&o.tracePath, "trace", "traces/mooncake_synthetic_trace.jsonl", "trace to replay (Mooncake JSONL with hash_ids; Azure CSV replays without shared prefixes), relative to the repository root unless absolute")
-	fs.StringVar(&o.traceFormat, "trace-format", "auto", "trace format: auto, mooncake or azure")
+	fs.StringVar(&o.traceFormat, "trace-format", "auto", "trace format: auto, mooncake, azure or sessions (AIPerf multi-turn sessions)")
 	fs.IntVar(&o.requests, "requests", 480, "replay N consecutive requests of the trace")
 	fs.IntVar(&o.offset, "offset", -1, "index of the first request replayed (-1: the last --requests of the trace, where a Mooncake trace's prefix reuse has built up)")
 	fs.Float64Var(&o.load, "load", 0.8, "offered load as a fraction of the fleet's cold capacity (engines / mean cold service time of the subset, as the simulator computes it)")

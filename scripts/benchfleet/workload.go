@@ -76,11 +76,15 @@ func buildWorkload(o options) (*workload, error) {
 }
 
 // regionOf is where a request enters, as the simulator assigns it (sim.Config.newRequest):
-// a conversation (same first block) always enters through the same region.
+// a conversation (same first block, or the session the trace names) always enters through
+// the same region.
 func regionOf(r trace.Request, index, regions int, seed uint64) int {
 	conv := uint64(index) | 1<<63
 	if len(r.HashIDs) > 0 {
 		conv = r.HashIDs[0]
+	}
+	if r.Conversation != 0 {
+		conv = r.Conversation
 	}
 	return int(mix(conv, seed^0x5eed) % uint64(regions))
 }

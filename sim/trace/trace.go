@@ -24,6 +24,9 @@ type Request struct {
 	// HashIDs holds one id per BlockTokens-token prompt block, prefix-chained;
 	// nil when the format carries no prefix information. Read-only.
 	HashIDs []uint64
+	// Conversation names the session the request is a turn of, when the format states
+	// one (FormatSessions); 0 otherwise, and the first hash id stands for it.
+	Conversation uint64
 }
 
 // Format names an on-disk trace format.
@@ -36,6 +39,10 @@ const (
 	FormatMooncake
 	// FormatAzure is CSV with TIMESTAMP, ContextTokens, GeneratedTokens.
 	FormatAzure
+	// FormatSessions is AIPerf's multi-turn session JSON lines (session_id, input_length,
+	// output_length and hash_ids of the tokens each turn adds, timestamp or delay): see
+	// SessionConcurrency.
+	FormatSessions
 )
 
 func (f Format) String() string {
@@ -46,11 +53,13 @@ func (f Format) String() string {
 		return "mooncake"
 	case FormatAzure:
 		return "azure"
+	case FormatSessions:
+		return "sessions"
 	}
 	return fmt.Sprintf("Format(%d)", int(f))
 }
 
-// ParseFormat accepts "auto" (or ""), "mooncake" and "azure", case-insensitively.
+// ParseFormat accepts "auto" (or ""), "mooncake", "azure" and "sessions", case-insensitively.
 func ParseFormat(s string) (Format, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "auto":
@@ -59,8 +68,10 @@ func ParseFormat(s string) (Format, error) {
 		return FormatMooncake, nil
 	case "azure", "csv":
 		return FormatAzure, nil
+	case "sessions", "aiperf":
+		return FormatSessions, nil
 	}
-	return FormatAuto, fmt.Errorf("unknown trace format %q: want auto, mooncake or azure", s)
+	return FormatAuto, fmt.Errorf("unknown trace format %q: want auto, mooncake, azure or sessions", s)
 }
 
 // ErrEmpty is returned (wrapped) when a trace holds no request.
@@ -110,6 +121,12 @@ func NewReader(r io.Reader, source string, f Format) (*Reader, error) {
 		return &Reader{format: f, dec: newMooncakeDecoder(br, source)}, nil
 	case FormatAzure:
 		dec, err := newAzureDecoder(br, source)
+		if err != nil {
+			return nil, err
+		}
+		return &Reader{format: f, dec: dec}, nil
+	case FormatSessions:
+		dec, err := newSessionsDecoder(br, source)
 		if err != nil {
 			return nil, err
 		}
@@ -190,6 +207,8 @@ func detect(br *bufio.Reader, source string) (Format, error) {
 		if len(trimmed) > 0 {
 			line, _, _ := bytes.Cut(trimmed, []byte("\n"))
 			switch {
+			case trimmed[0] == '{' && bytes.Contains(line, []byte(`"session_id"`)):
+				return FormatSessions, nil
 			case trimmed[0] == '{':
 				return FormatMooncake, nil
 			case bytes.Contains(bytes.ToLower(line), []byte("timestamp")) && bytes.ContainsRune(line, ','):

@@ -68,8 +68,8 @@ func TestTracesMatchSHA256SUMS(t *testing.T) {
 		}
 		n++
 	}
-	if n != 2 {
-		t.Errorf("SHA256SUMS lists %d files, want the 2 traces", n)
+	if n != 3 {
+		t.Errorf("SHA256SUMS lists %d files, want the 3 traces", n)
 	}
 }
 
@@ -160,6 +160,7 @@ func TestDetect(t *testing.T) {
 		{"mooncake after blank lines", "\n\n  \n{\"timestamp\":1,\"input_length\":2,\"output_length\":3}", FormatMooncake, ""},
 		{"azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,1,2\n", FormatAzure, ""},
 		{"azure with BOM and CRLF", "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46,1,2\r\n", FormatAzure, ""},
+		{"sessions", `{"session_id":"a","input_length":2,"output_length":3,"hash_ids":[7],"timestamp":0}`, FormatSessions, ""},
 		{"empty", "", FormatAuto, "holds no request"},
 		{"blank", " \n\n\t", FormatAuto, "holds no request"},
 		{"garbage", "hello world\n", FormatAuto, "unknown trace format"},
@@ -319,14 +320,15 @@ func TestParseFormat(t *testing.T) {
 		ok   bool
 	}{
 		{"", FormatAuto, true}, {"AUTO", FormatAuto, true}, {"mooncake", FormatMooncake, true},
-		{"Azure", FormatAzure, true}, {"csv", FormatAzure, true}, {"parquet", FormatAuto, false},
+		{"Azure", FormatAzure, true}, {"csv", FormatAzure, true}, {"sessions", FormatSessions, true},
+		{"aiperf", FormatSessions, true}, {"parquet", FormatAuto, false},
 	}
 	for _, tt := range tests {
 		got, err := ParseFormat(tt.in)
 		if (err == nil) != tt.ok || got != tt.want {
 			t.Errorf("ParseFormat(%q) = %v, %v", tt.in, got, err)
 		}
-		if tt.ok && tt.in != "" && tt.in != "csv" && !strings.EqualFold(got.String(), tt.in) {
+		if tt.ok && tt.in != "" && tt.in != "csv" && tt.in != "aiperf" && !strings.EqualFold(got.String(), tt.in) {
 			t.Errorf("%v.String() = %q", got, got.String())
 		}
 	}

@@ -104,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var scenarios, policies string
 	fs.StringVar(&o.tracePath, "trace", "", "trace file (Mooncake JSONL or Azure CSV); required")
-	fs.StringVar(&o.format, "format", "auto", "trace format: auto, mooncake or azure")
+	fs.StringVar(&o.format, "format", "auto", "trace format: auto, mooncake, azure or sessions (AIPerf multi-turn sessions)")
 	fs.Float64Var(&o.load, "load", 0.8, "offered load as a fraction of fleet capacity")
 	fs.StringVar(&scenarios, "scenario", "steady", "comma-separated scenarios, or all: "+joinScenarios())
 	fs.StringVar(&policies, "policies", strings.Join(sim.PolicyNames, ","), "comma-separated policies to compare")

@@ -1,0 +1,200 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"container/heap"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"slices"
+	"time"
+)
+
+// Session traces are the JSON lines NVIDIA's AIPerf writes for multi-turn sessions
+// (`aiperf synthesize agentic-code`, aiperf 0.13.0: aiperf/dataset/agentic_code_gen/writer.py).
+// Each line is one turn of a session: session_id, input_length and hash_ids give the
+// tokens the turn adds to the session's prompt (the first turn's are its whole prompt),
+// output_length the turn's answer; the first turn carries timestamp (ms) and every later
+// one delay (ms after the previous turn's answer ends). A turn's prompt is the session's
+// previous prompt, the previous answer, then its own new tokens
+// (session_synthesizer.py: input_length = prev_input + prev_output + new_tokens).
+//
+// The trace states no arrival times past each session's first turn, since a turn waits
+// for the answer before it. The decoder replays the sessions as AIPerf's own simulation
+// does (reporting/simulation_engine.py, SimulationConfig defaults): at most
+// SessionConcurrency sessions at once, in file order, each starting when one ends, a
+// turn's answer taking its uncached prompt tokens at SessionPrefillTPS (the new tokens
+// and the previous answer) and its output at SessionDecodeTPS, served as if alone. The
+// simulator then rescales those arrivals to the load it offers, like any trace's.
+const (
+	SessionConcurrency = 50
+	SessionPrefillTPS  = 64000
+	SessionDecodeTPS   = 200
+)
+
+// sessionRecord is one line of a session trace.
+type sessionRecord struct {
+	SessionID    string          `json:"session_id"`
+	Timestamp    json.RawMessage `json:"timestamp"`
+	Delay        json.RawMessage `json:"delay"`
+	InputLength  json.RawMessage `json:"input_length"`
+	OutputLength json.RawMessage `json:"output_length"`
+	HashIDs      []uint64        `json:"hash_ids"`
+}
+
+// turn is one parsed line: the tokens it adds and the wait before it.
+type turn struct {
+	wait         time.Duration // timestamp for a first turn, delay for the others
+	in, out      int
+	ids          []uint64
+	conversation uint64
+}
+
+// sessionsDecoder reads the whole trace, then yields the turns as requests in arrival
+// order.
+type sessionsDecoder struct {
+	reqs []Request
+}
+
+func newSessionsDecoder(r io.Reader, source string) (*sessionsDecoder, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
+	var sessions [][]turn
+	index := map[string]int{}
+	line := 0
+	var maxID uint64
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var rec sessionRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, &ParseError{Source: source, Line: line, Err: fmt.Errorf("invalid JSON: %w", err)}
+		}
+		if rec.SessionID == "" {
+			return nil, &ParseError{Source: source, Line: line, Field: "session_id", Err: errors.New("missing")}
+		}
+		var t turn
+		var err error
+		if t.in, err = requiredCount(rec.InputLength); err != nil {
+			return nil, &ParseError{Source: source, Line: line, Field: "input_length", Err: err}
+		}
+		if t.out, err = requiredCount(rec.OutputLength); err != nil {
+			return nil, &ParseError{Source: source, Line: line, Field: "output_length", Err: err}
+		}
+		if want := (t.in + BlockTokens - 1) / BlockTokens; len(rec.HashIDs) != want {
+			return nil, &ParseError{Source: source, Line: line, Field: "hash_ids",
+				Err: fmt.Errorf("%d ids for %d tokens: want %d (one per %d-token block)", len(rec.HashIDs), t.in, want, BlockTokens)}
+		}
+		t.ids = rec.HashIDs
+		for _, id := range t.ids {
+			maxID = max(maxID, id)
+		}
+		i, seen := index[rec.SessionID]
+		field, raw := "delay", rec.Delay
+		if !seen {
+			field, raw = "timestamp", rec.Timestamp
+			i = len(sessions)
+			index[rec.SessionID] = i
+			sessions = append(sessions, nil)
+		}
+		ms, err := requiredFloat(raw)
+		if err == nil && (ms < 0 || ms > float64(math.MaxInt64/int64(time.Millisecond))) {
+			err = fmt.Errorf("%v ms is outside [0, %d]", ms, math.MaxInt64/int64(time.Millisecond))
+		}
+		if err != nil {
+			return nil, &ParseError{Source: source, Line: line, Field: field, Err: err}
+		}
+		t.wait = time.Duration(math.Round(ms * float64(time.Millisecond)))
+		h := fnv.New64a()
+		h.Write([]byte(rec.SessionID))
+		t.conversation = h.Sum64() | 1 // never 0: 0 is "no conversation stated"
+		sessions[i] = append(sessions[i], t)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("line longer than %d bytes: %w", maxLineBytes, err)
+		}
+		return nil, &ParseError{Source: source, Line: line + 1, Err: err}
+	}
+	return &sessionsDecoder{reqs: replaySessions(sessions, maxID+1)}, nil
+}
+
+func (d *sessionsDecoder) next() (Request, error) {
+	if len(d.reqs) == 0 {
+		return Request{}, io.EOF
+	}
+	r := d.reqs[0]
+	d.reqs = d.reqs[1:]
+	return r, nil
+}
+
+// replaySessions builds each turn's whole prompt and its arrival (see SessionConcurrency).
+// The previous answer's tokens take fresh block ids from next up: the trace names only
+// the prompt's blocks.
+func replaySessions(sessions [][]turn, next uint64) []Request {
+	var reqs []Request
+	free := &endTimes{}
+	for range min(SessionConcurrency, len(sessions)) {
+		heap.Push(free, time.Duration(0))
+	}
+	for _, s := range sessions {
+		start := heap.Pop(free).(time.Duration)
+		at := start + s[0].wait
+		var ids []uint64
+		prompt, prevOut := 0, 0
+		for k, t := range s {
+			if k > 0 {
+				at += t.wait
+			}
+			fresh := t.in
+			if k == 0 {
+				ids = slices.Clone(t.ids)
+				prompt = t.in
+			} else {
+				prompt += prevOut + t.in
+				fresh += prevOut
+				for range (prevOut + BlockTokens - 1) / BlockTokens {
+					ids = append(ids, next)
+					next++
+				}
+				ids = append(ids, t.ids...)
+				want := (prompt + BlockTokens - 1) / BlockTokens
+				for len(ids) < want {
+					ids = append(ids, next)
+					next++
+				}
+				ids = ids[:want]
+			}
+			reqs = append(reqs, Request{Arrival: at, InputTokens: prompt, OutputTokens: t.out,
+				HashIDs: slices.Clip(slices.Clone(ids)), Conversation: t.conversation})
+			at += seconds(float64(fresh)/SessionPrefillTPS + float64(t.out)/SessionDecodeTPS)
+			prevOut = t.out
+		}
+		heap.Push(free, at)
+	}
+	slices.SortStableFunc(reqs, func(a, b Request) int { return cmpDuration(a.Arrival, b.Arrival) })
+	return reqs
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// endTimes is a min-heap of the times the session slots free up.
+type endTimes []time.Duration
+
+func (h endTimes) Len() int           { return len(h) }
+func (h endTimes) Less(i, j int) bool { return h[i] < h[j] }
+func (h endTimes) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endTimes) Push(x any)        { *h = append(*h, x.(time.Duration)) }
+func (h *endTimes) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
