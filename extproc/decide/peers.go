@@ -48,6 +48,9 @@ func (c *Core) SetPeerInFlight(peer string, engines []EngineInFlight, ranked int
 	if c.peers == nil {
 		c.peers = map[string]peerInFlight{}
 	}
+	if old, ok := c.peers[peer]; ok && old.ranked == ranked && slices.Equal(old.engines, engines) {
+		return // the same snapshot again (a peer with nothing started or ended since): the sums stand
+	}
 	c.peers[peer] = peerInFlight{engines: slices.Clone(engines), ranked: ranked}
 	c.sumPeersLocked()
 }
