@@ -7,11 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/sim/engine"
 )
 
@@ -229,6 +231,47 @@ func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
 			t.Errorf("parseFlags(%q) accepted", args)
 		} else if args[2] == "--sidecar-config" && !strings.Contains(err.Error(), args[3]) {
 			t.Errorf("parseFlags(%q): %v does not name the file", args, err)
+		}
+	}
+}
+
+// Every configuration variant docs/results cites (--sidecar-config docs/results/variants/*)
+// loads, and changes something: a file that stopped parsing, or one whose every value is a
+// default, would make its figures a run of the shipped configuration.
+func TestTheDocumentedVariantsLoadAndDiffer(t *testing.T) {
+	files, err := filepath.Glob("../../../docs/results/variants/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no variants found: %v", err)
+	}
+	tr := writeTrace(t, 10)
+	base, err := parseFlags([]string{"--trace", tr}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := baseConfig(base, nil, engine.Config{}); c.Sidecar != nil {
+		t.Fatal("without --sidecar-config the policies' own configuration must run")
+	}
+	def, err := json.Marshal(server.DefaultConfig(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		o, err := parseFlags([]string{"--trace", tr, "--sidecar-config", f}, &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%s: %v", filepath.Base(f), err)
+			continue
+		}
+		c := baseConfig(o, nil, engine.Config{})
+		if c.Sidecar == nil {
+			t.Errorf("%s: not applied", filepath.Base(f))
+			continue
+		}
+		d, err := json.Marshal(*c.Sidecar)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(d) == string(def) {
+			t.Errorf("%s: every value is the shipped default", filepath.Base(f))
 		}
 	}
 }
