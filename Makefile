@@ -15,7 +15,8 @@ FUZZ_TARGETS := \
 	./extproc/request:FuzzParseMatchesEncodingJSON \
 	./control/fleet:FuzzParse \
 	./sim/trace:FuzzReadMooncake \
-	./sim/trace:FuzzReadAzure
+	./sim/trace:FuzzReadAzure \
+	./sim/trace:FuzzReadSessions
 
 all: build
 

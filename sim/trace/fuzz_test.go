@@ -49,3 +49,14 @@ func FuzzReadAzure(f *testing.F) {
 		checkRead(t, data, FormatAuto)
 	})
 }
+
+func FuzzReadSessions(f *testing.F) {
+	f.Add([]byte(`{"session_id":"a","input_length":1000,"output_length":700,"hash_ids":[0,1],"timestamp":0.0}` + "\n" +
+		`{"session_id":"b","input_length":512,"output_length":10,"hash_ids":[0],"timestamp":0.0}` + "\n" +
+		`{"session_id":"a","input_length":600,"output_length":5,"hash_ids":[9,10],"delay":2000.0}`))
+	f.Add([]byte(`{"session_id":"a","input_length":1,"output_length":2147483647,"hash_ids":[3],"timestamp":5e12}` + "\n" +
+		`{"session_id":"a","input_length":1,"output_length":1,"hash_ids":[4],"delay":5e12}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkRead(t, data, FormatSessions)
+	})
+}

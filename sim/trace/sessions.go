@@ -49,6 +49,7 @@ type sessionRecord struct {
 // turn is one parsed line: the tokens it adds and the wait before it.
 type turn struct {
 	wait         time.Duration // timestamp for a first turn, delay for the others
+	line         int
 	in, out      int
 	ids          []uint64
 	conversation uint64
@@ -80,7 +81,7 @@ func newSessionsDecoder(r io.Reader, source string) (*sessionsDecoder, error) {
 		if rec.SessionID == "" {
 			return nil, &ParseError{Source: source, Line: line, Field: "session_id", Err: errors.New("missing")}
 		}
-		var t turn
+		t := turn{line: line}
 		var err error
 		if t.in, err = requiredCount(rec.InputLength); err != nil {
 			return nil, &ParseError{Source: source, Line: line, Field: "input_length", Err: err}
@@ -123,7 +124,11 @@ func newSessionsDecoder(r io.Reader, source string) (*sessionsDecoder, error) {
 		}
 		return nil, &ParseError{Source: source, Line: line + 1, Err: err}
 	}
-	return &sessionsDecoder{reqs: replaySessions(sessions, maxID+1)}, nil
+	reqs, err := replaySessions(sessions, maxID+1)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return &sessionsDecoder{reqs: reqs}, nil
 }
 
 func (d *sessionsDecoder) next() (Request, error) {
@@ -135,10 +140,15 @@ func (d *sessionsDecoder) next() (Request, error) {
 	return r, nil
 }
 
+// maxSessionPrompt bounds a turn's whole prompt (every earlier turn's tokens and answers
+// with its own), a hundred times the longest context any model serves: each turn holds an
+// id per block of it.
+const maxSessionPrompt = 1 << 24
+
 // replaySessions builds each turn's whole prompt and its arrival (see SessionConcurrency).
 // The previous answer's tokens take fresh block ids from next up: the trace names only
 // the prompt's blocks.
-func replaySessions(sessions [][]turn, next uint64) []Request {
+func replaySessions(sessions [][]turn, next uint64) ([]Request, error) {
 	var reqs []Request
 	free := &endTimes{}
 	for range min(SessionConcurrency, len(sessions)) {
@@ -146,12 +156,17 @@ func replaySessions(sessions [][]turn, next uint64) []Request {
 	}
 	for _, s := range sessions {
 		start := heap.Pop(free).(time.Duration)
-		at := start + s[0].wait
+		at, err := later(start, s[0].wait)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", s[0].line, err)
+		}
 		var ids []uint64
 		prompt, prevOut := 0, 0
 		for k, t := range s {
 			if k > 0 {
-				at += t.wait
+				if at, err = later(at, t.wait); err != nil {
+					return nil, fmt.Errorf("line %d: %w", t.line, err)
+				}
 			}
 			fresh := t.in
 			if k == 0 {
@@ -159,6 +174,9 @@ func replaySessions(sessions [][]turn, next uint64) []Request {
 				prompt = t.in
 			} else {
 				prompt += prevOut + t.in
+				if prompt > maxSessionPrompt {
+					return nil, fmt.Errorf("line %d: the turn's whole prompt is %d tokens, past %d", t.line, prompt, maxSessionPrompt)
+				}
 				fresh += prevOut
 				for range (prevOut + BlockTokens - 1) / BlockTokens {
 					ids = append(ids, next)
@@ -174,13 +192,23 @@ func replaySessions(sessions [][]turn, next uint64) []Request {
 			}
 			reqs = append(reqs, Request{Arrival: at, InputTokens: prompt, OutputTokens: t.out,
 				HashIDs: slices.Clip(slices.Clone(ids)), Conversation: t.conversation})
-			at += seconds(float64(fresh)/SessionPrefillTPS + float64(t.out)/SessionDecodeTPS)
+			if at, err = later(at, seconds(float64(fresh)/SessionPrefillTPS+float64(t.out)/SessionDecodeTPS)); err != nil {
+				return nil, fmt.Errorf("line %d: %w", t.line, err)
+			}
 			prevOut = t.out
 		}
 		heap.Push(free, at)
 	}
 	slices.SortStableFunc(reqs, func(a, b Request) int { return cmpDuration(a.Arrival, b.Arrival) })
-	return reqs
+	return reqs, nil
+}
+
+// later is at + d, or an error past the latest time a Duration holds.
+func later(at, d time.Duration) (time.Duration, error) {
+	if d > math.MaxInt64-at {
+		return 0, errors.New("the session's turns and waits run past 292 years")
+	}
+	return at + d, nil
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

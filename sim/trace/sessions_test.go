@@ -86,6 +86,11 @@ func TestReadSessionsErrors(t *testing.T) {
 			`{"session_id":"a","input_length":2,"output_length":3,"hash_ids":[2]}`, "sessions:2: delay: missing"},
 		{`{"session_id":"a","input_length":-2,"output_length":3,"hash_ids":[],"timestamp":0}`, "input_length"},
 		{`{"session_id":"a","input_length":2,"output_length":3,"hash_ids":[1],"timestamp":-5}`, "timestamp: -5 ms"},
+		// An answer of 2^31 tokens makes the next turn's prompt longer than any context.
+		{`{"session_id":"a","input_length":2,"output_length":2147483647,"hash_ids":[1],"timestamp":0}` + "\n" +
+			`{"session_id":"a","input_length":2,"output_length":3,"hash_ids":[2],"delay":0}`, "sessions: line 2: the turn's whole prompt is 2147483651 tokens, past 16777216"},
+		{`{"session_id":"a","input_length":2,"output_length":3,"hash_ids":[1],"timestamp":5e12}` + "\n" +
+			`{"session_id":"a","input_length":2,"output_length":3,"hash_ids":[2],"delay":5e12}`, "line 2: the session's turns and waits run past 292 years"},
 	}
 	for _, tt := range tests {
 		_, err := Read(strings.NewReader(tt.in), "sessions", FormatSessions)
