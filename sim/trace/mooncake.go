@@ -16,16 +16,47 @@ import (
 // hash ids, far beyond any real prompt.
 const maxLineBytes = 64 << 20
 
-type mooncakeDecoder struct {
+// jsonLines yields the non-blank lines of a JSON-lines trace, trimmed, counting lines
+// for errors; both JSON formats read through it.
+type jsonLines struct {
 	sc     *bufio.Scanner
 	source string
 	line   int
 }
 
-func newMooncakeDecoder(r io.Reader, source string) *mooncakeDecoder {
+func newJSONLines(r io.Reader, source string) *jsonLines {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
-	return &mooncakeDecoder{sc: sc, source: source}
+	return &jsonLines{sc: sc, source: source}
+}
+
+// next returns the next non-blank line (a UTF-8 byte order mark dropped from the first),
+// io.EOF after the last, or a *ParseError.
+func (j *jsonLines) next() ([]byte, error) {
+	for j.sc.Scan() {
+		j.line++
+		line := bytes.TrimSpace(j.sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if j.line == 1 {
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
+		return line, nil
+	}
+	if err := j.sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("line longer than %d bytes: %w", maxLineBytes, err)
+		}
+		return nil, &ParseError{Source: j.source, Line: j.line + 1, Err: err}
+	}
+	return nil, io.EOF
+}
+
+type mooncakeDecoder struct{ lines *jsonLines }
+
+func newMooncakeDecoder(r io.Reader, source string) *mooncakeDecoder {
+	return &mooncakeDecoder{lines: newJSONLines(r, source)}
 }
 
 // mooncakeRecord keeps scalars raw so that errors can say what was wrong in
@@ -38,28 +69,15 @@ type mooncakeRecord struct {
 }
 
 func (d *mooncakeDecoder) next() (Request, error) {
-	for d.sc.Scan() {
-		d.line++
-		line := bytes.TrimSpace(d.sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if d.line == 1 {
-			line = bytes.TrimPrefix(line, utf8BOM)
-		}
-		req, field, err := parseMooncake(line)
-		if err != nil {
-			return Request{}, &ParseError{Source: d.source, Line: d.line, Field: field, Err: err}
-		}
-		return req, nil
+	line, err := d.lines.next()
+	if err != nil {
+		return Request{}, err
 	}
-	if err := d.sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("line longer than %d bytes: %w", maxLineBytes, err)
-		}
-		return Request{}, &ParseError{Source: d.source, Line: d.line + 1, Err: err}
+	req, field, err := parseMooncake(line)
+	if err != nil {
+		return Request{}, &ParseError{Source: d.lines.source, Line: d.lines.line, Field: field, Err: err}
 	}
-	return Request{}, io.EOF
+	return req, nil
 }
 
 // parseMooncake returns the field at fault alongside any error.
@@ -75,12 +93,9 @@ func parseMooncake(line []byte) (Request, string, error) {
 		}
 		return Request{}, "", fmt.Errorf("invalid JSON: %w", err)
 	}
-	ms, err := requiredFloat(rec.Timestamp)
+	at, err := requiredMillis(rec.Timestamp)
 	if err != nil {
 		return Request{}, "timestamp", err
-	}
-	if ms < 0 || ms > float64(math.MaxInt64/int64(time.Millisecond)) {
-		return Request{}, "timestamp", fmt.Errorf("%v ms is outside [0, %d]", ms, math.MaxInt64/int64(time.Millisecond))
 	}
 	in, err := requiredCount(rec.InputLength)
 	if err != nil {
@@ -91,7 +106,7 @@ func parseMooncake(line []byte) (Request, string, error) {
 		return Request{}, "output_length", err
 	}
 	return Request{
-		Arrival:      time.Duration(math.Round(ms * float64(time.Millisecond))),
+		Arrival:      at,
 		InputTokens:  in,
 		OutputTokens: out,
 		HashIDs:      rec.HashIDs,
@@ -112,6 +127,18 @@ func rawScalar(raw json.RawMessage) (string, error) {
 		return "", errors.New("missing")
 	}
 	return string(raw), nil
+}
+
+// requiredMillis parses a time in milliseconds, at least 0 and within what a Duration holds.
+func requiredMillis(raw json.RawMessage) (time.Duration, error) {
+	ms, err := requiredFloat(raw)
+	if err != nil {
+		return 0, err
+	}
+	if ms < 0 || ms > float64(math.MaxInt64/int64(time.Millisecond)) {
+		return 0, fmt.Errorf("%v ms is outside [0, %d]", ms, math.MaxInt64/int64(time.Millisecond))
+	}
+	return time.Duration(math.Round(ms * float64(time.Millisecond))), nil
 }
 
 func requiredFloat(raw json.RawMessage) (float64, error) {

@@ -1,8 +1,6 @@
 package trace
 
 import (
-	"bufio"
-	"bytes"
 	"container/heap"
 	"encoding/json"
 	"errors"
@@ -62,18 +60,19 @@ type sessionsDecoder struct {
 }
 
 func newSessionsDecoder(r io.Reader, source string) (*sessionsDecoder, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
+	lines := newJSONLines(r, source)
 	var sessions [][]turn
 	index := map[string]int{}
-	line := 0
 	var maxID uint64
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
+	for {
+		b, err := lines.next()
+		if err == io.EOF {
+			break
 		}
+		if err != nil {
+			return nil, err
+		}
+		line := lines.line
 		var rec sessionRecord
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return nil, &ParseError{Source: source, Line: line, Err: fmt.Errorf("invalid JSON: %w", err)}
@@ -82,7 +81,6 @@ func newSessionsDecoder(r io.Reader, source string) (*sessionsDecoder, error) {
 			return nil, &ParseError{Source: source, Line: line, Field: "session_id", Err: errors.New("missing")}
 		}
 		t := turn{line: line}
-		var err error
 		if t.in, err = requiredCount(rec.InputLength); err != nil {
 			return nil, &ParseError{Source: source, Line: line, Field: "input_length", Err: err}
 		}
@@ -105,24 +103,13 @@ func newSessionsDecoder(r io.Reader, source string) (*sessionsDecoder, error) {
 			index[rec.SessionID] = i
 			sessions = append(sessions, nil)
 		}
-		ms, err := requiredFloat(raw)
-		if err == nil && (ms < 0 || ms > float64(math.MaxInt64/int64(time.Millisecond))) {
-			err = fmt.Errorf("%v ms is outside [0, %d]", ms, math.MaxInt64/int64(time.Millisecond))
-		}
-		if err != nil {
+		if t.wait, err = requiredMillis(raw); err != nil {
 			return nil, &ParseError{Source: source, Line: line, Field: field, Err: err}
 		}
-		t.wait = time.Duration(math.Round(ms * float64(time.Millisecond)))
 		h := fnv.New64a()
 		h.Write([]byte(rec.SessionID))
 		t.conversation = h.Sum64() | 1 // never 0: 0 is "no conversation stated"
 		sessions[i] = append(sessions[i], t)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("line longer than %d bytes: %w", maxLineBytes, err)
-		}
-		return nil, &ParseError{Source: source, Line: line + 1, Err: err}
 	}
 	reqs, err := replaySessions(sessions, maxID+1)
 	if err != nil {
