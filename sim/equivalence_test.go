@@ -74,12 +74,11 @@ func TestSidecarAndSimulatorDecideAlike(t *testing.T) {
 		if err := request.Parse(request.ChatCompletions, []byte(body), true, opts, &req); err != nil {
 			t.Fatal(err)
 		}
-		key := req.Blocks[min(len(req.Blocks), sidecarConfig().AffinityBlocks)-1]
 
 		dest, retries, status := proc(t, body)
 		// The simulator sizes a request's body from its prompt tokens, the sidecar reads the
 		// body it gets: the same size gives both the same bounded-load weight.
-		r := m.Route(0, &Request{ID: i, Cluster: 0, Key: key, InputTokens: len(body) / decide.BytesPerToken})
+		r := m.Route(0, &Request{ID: i, Cluster: 0, Key: req.Key, ParentKey: req.ParentKey, InputTokens: len(body) / decide.BytesPerToken})
 		var simDest []string
 		for _, e := range r.Engines {
 			simDest = append(simDest, addrs[e])

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -176,5 +177,70 @@ func TestASessionEntersThroughOneRegion(t *testing.T) {
 		if n == 0 {
 			t.Errorf("no session enters through region %d (%v): they all share their first block", k, perRegion)
 		}
+	}
+}
+
+// Sessions whose prompts all open with one long shared system prompt get keys of their
+// own from the key ladder (the fixed 4 KiB key of before was the system prompt's, one for
+// all), and each turn keeps its previous turn's key or names it as its parent.
+func TestTheKeyLadderKeysSessionsApart(t *testing.T) {
+	const sessions, turns, shared = 30, 12, 40 // blocks of trace.BlockTokens tokens
+	var reqs []trace.Request
+	next := uint64(1000)
+	prompts := make([][]uint64, sessions)
+	for s := range prompts {
+		for b := range shared {
+			prompts[s] = append(prompts[s], uint64(b))
+		}
+		for range 60 {
+			prompts[s] = append(prompts[s], next)
+			next++
+		}
+	}
+	for turn := range turns {
+		for s := range sessions {
+			for range 1 + (s+turn)%7 { // each turn adds its answer and a new message
+				prompts[s] = append(prompts[s], next)
+				next++
+			}
+			reqs = append(reqs, trace.Request{Arrival: time.Duration(len(reqs)) * time.Second, InputTokens: len(prompts[s]) * trace.BlockTokens,
+				OutputTokens: 10, HashIDs: slices.Clone(prompts[s]), Conversation: uint64(1 + s)})
+		}
+	}
+	cfg := testSimConfig(t, conversationTrace(10, 1), Steady)
+	cfg.Trace = reqs
+	w, err := BuildWorkload(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, crossed := map[int]uint64{}, 0
+	for i, r := range w.Requests {
+		s, turn := i%sessions, i/sessions
+		if turn > 0 && r.Key != prev[s] {
+			if r.ParentKey != prev[s] {
+				t.Fatalf("session %d turn %d: key %x parent %x, neither its previous turn's %x", s, turn, r.Key, r.ParentKey, prev[s])
+			}
+			crossed++
+		}
+		prev[s] = r.Key
+		if turn == turns-1 {
+			for o := range s {
+				if prev[o] == r.Key {
+					t.Fatalf("sessions %d and %d share the key %x", o, s, r.Key)
+				}
+			}
+		}
+	}
+	if crossed == 0 {
+		t.Error("no session crossed a rung: the test does not exercise the parent key")
+	}
+	fixed := sidecarConfig()
+	fixed.Request.MaxBlocks = fixed.Request.KeyBlocks
+	cfg.Sidecar = &fixed
+	if w, err = BuildWorkload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := w.Requests[0].Key, w.Requests[len(w.Requests)-1].Key; a != b {
+		t.Errorf("a fixed 4 KiB key differs between sessions (%x, %x): the test's shared prefix is too short", a, b)
 	}
 }

@@ -304,8 +304,10 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 		}
 	}
 	deep := sidecarConfig()
-	deep.AffinityBlocks *= 4
-	if got, shipped := (&Config{Sidecar: &deep}).keyBlocks(), (&Config{}).keyBlocks(); got != 4*shipped {
-		t.Errorf("routing key over %d trace blocks with affinity_blocks x4, %d shipped: the key ignores the file", got, shipped)
+	deep.Request.KeyBlocks *= 4
+	deep.Request.MaxBlocks *= 2
+	got, shipped := (&Config{Sidecar: &deep}).ladder(), (&Config{}).ladder()
+	if got.first != 4*shipped.first || got.last != 2*shipped.last {
+		t.Errorf("key ladder %+v with affinity_blocks x4 and max_blocks x2, %+v shipped: the ladder ignores the file", got, shipped)
 	}
 }

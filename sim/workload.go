@@ -8,6 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/meridian-router/meridian/extproc/decide"
+	"github.com/meridian-router/meridian/extproc/request"
 	"github.com/meridian-router/meridian/sim/engine"
 	"github.com/meridian-router/meridian/sim/trace"
 )
@@ -25,6 +26,10 @@ type Request struct {
 	// the sidecar's affinity depth (see keyBlocks), so every request sharing that prefix
 	// shares it. Requests without blocks get a unique key.
 	Key uint64
+	// ParentKey is the key one rung up the sidecar's key ladder (request.KeyDepth), 0 when
+	// Key is on its first rung or below it: meridian's sidecars look it up when Key has
+	// no home.
+	ParentKey uint64
 	// Replica is the router replica of the request's pool that receives it, drawn per
 	// request (seeded) in [0, Config.Replicas): a load balancer in front of the replicas.
 	Replica int
@@ -88,26 +93,26 @@ func BuildWorkload(c *Config) (*Workload, error) {
 		return nil, fmt.Errorf("rescale the trace to %.2f x capacity: %w", w.Load, err)
 	}
 	w.Span = scaled[len(scaled)-1].Arrival
-	kb := c.keyBlocks()
+	lad := c.ladder()
 	for i, r := range scaled {
-		w.Requests = append(w.Requests, c.newRequest(i, r, kb))
+		w.Requests = append(w.Requests, c.newRequest(i, r, lad))
 	}
 	if c.Scenario == Step {
-		w.Requests = c.addStep(w.Requests, scaled, w.Span, kb)
+		w.Requests = c.addStep(w.Requests, scaled, w.Span, lad)
 	}
 	w.Actions = c.actions(w.Span)
 	w.UpperBound = upperBound(w.Requests)
 	return w, nil
 }
 
-func (c *Config) newRequest(id int, r trace.Request, keyBlocks int) Request {
+func (c *Config) newRequest(id int, r trace.Request, lad keyLadder) Request {
 	req := Request{ID: id, Arrival: r.Arrival, InputTokens: r.InputTokens,
 		OutputTokens: max(r.OutputTokens, 1), Blocks: r.HashIDs}
 	conv := uint64(id) | 1<<63
 	req.Key = mix(conv, c.Seed)
 	if len(r.HashIDs) > 0 {
 		conv = r.HashIDs[0]
-		req.Key = mix(r.HashIDs[min(len(r.HashIDs), keyBlocks)-1], c.Seed)
+		req.Key, req.ParentKey = c.prefixKeys(r.HashIDs, r.InputTokens, lad)
 	}
 	if r.Conversation != 0 {
 		conv = r.Conversation
@@ -122,7 +127,7 @@ func (c *Config) newRequest(id int, r trace.Request, keyBlocks int) Request {
 // addStep doubles region 0's demand in the middle third: for each of its requests there,
 // another request of the trace, relabelled so its blocks are new conversations, arrives
 // within the same inter-arrival gap.
-func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Duration, keyBlocks int) []Request {
+func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Duration, lad keyLadder) []Request {
 	from, to := span/3, 2*span/3
 	n := len(scaled)
 	gap := time.Duration(float64(span) / float64(n) * float64(len(c.Regions)))
@@ -140,7 +145,7 @@ func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Durat
 			for i, h := range src.HashIDs {
 				e.Blocks[i] = h | 1<<62 // a new user population with the same structure
 			}
-			e.Key = mix(e.Blocks[min(len(e.Blocks), keyBlocks)-1], c.Seed)
+			e.Key, e.ParentKey = c.prefixKeys(e.Blocks, e.InputTokens, lad)
 		} else {
 			e.Key = mix(uint64(e.ID)|1<<63, c.Seed)
 		}
@@ -183,17 +188,35 @@ func upperBound(reqs []Request) float64 {
 	return trace.Summarize(tr).HitRateUpperBound
 }
 
-// keyBlocks is how many trace blocks the sidecar's routing key covers: its affinity depth
-// (AffinityBlocks blocks of BlockBytes prompt bytes, at decide.BytesPerToken a token) in blocks of
-// trace.BlockTokens tokens, at least one. It is the depth of c.Sidecar when set (for
-// every policy that hashes on Request.Key), of the shipped configuration otherwise.
-func (c *Config) keyBlocks() int {
+// keyLadder is the sidecar's key ladder (request.KeyDepth) in prompt tokens: its first
+// rung and its last.
+type keyLadder struct{ first, last int }
+
+// ladder is the key ladder of c.Sidecar when set (for every policy that hashes on
+// Request.Key), of the shipped configuration otherwise: request.affinity_blocks and
+// request.max_blocks blocks of block_bytes prompt bytes, at decide.BytesPerToken a token.
+func (c *Config) ladder() keyLadder {
 	cfg := sidecarConfig()
 	if c.Sidecar != nil {
 		cfg = *c.Sidecar
 	}
-	tokens := cfg.AffinityBlocks * cfg.Request.BlockBytes / decide.BytesPerToken
-	return max(1, tokens/trace.BlockTokens)
+	o := cfg.Request
+	return keyLadder{first: o.KeyBlocks * o.BlockBytes / decide.BytesPerToken, last: o.MaxBlocks * o.BlockBytes / decide.BytesPerToken}
+}
+
+// prefixKeys are the routing key and its parent for a prompt of tokens tokens whose
+// trace blocks are blocks: the sidecar's (request.KeyDepth), each rung taken at the trace
+// block it ends in (trace.BlockTokens tokens a block, at least the first).
+func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (key, parent uint64) {
+	at := func(tokens int) uint64 { return blocks[min(len(blocks), max(1, tokens/trace.BlockTokens))-1] }
+	depth, up := request.KeyDepth(tokens, lad.first, lad.last)
+	if depth == 0 {
+		return mix(blocks[len(blocks)-1], c.Seed), 0 // shorter than the first rung: all of it
+	}
+	if up > 0 && at(up) != at(depth) {
+		parent = mix(at(up), c.Seed)
+	}
+	return mix(at(depth), c.Seed), parent
 }
 
 // mix hashes x with a seed into a well-spread 64-bit value.

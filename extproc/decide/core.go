@@ -368,8 +368,12 @@ func (c *Core) OutcomeSilence() (steered int64, since time.Duration) {
 type Request struct {
 	Model string
 	// Key is the prefix key: requests that share it share a prompt prefix.
-	Key      uint64
-	Priority int
+	Key uint64
+	// ParentKey, when not 0, is the key one rung up the key ladder (request.KeyDepth): a
+	// key with no home yet takes its parent's, since the conversation whose previous turn
+	// was placed under the parent has its context there.
+	ParentKey uint64
+	Priority  int
 	// PromptBytes is the canonical prompt's size, for the reported token rate.
 	PromptBytes int
 	// BodyBytes is the request body's size (its Content-Length, or the bytes seen when
@@ -474,11 +478,15 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	// sidecar of the node has placed has nothing cached to lose and moves for free, except
 	// while the core is new (homeWarmup): then an unknown key may be one placed before a
 	// restart, and is taken to be at home on its first engine, where every sidecar's key
-	// order put it.
+	// order put it. A key with no home whose parent (Request.ParentKey) has one is at home
+	// there: its prompt crossed a rung of the key ladder since its previous turn.
 	now := c.clock.Now()
 	prompt := int64(req.BodyBytes / BytesPerToken)
 	work := prompt + c.cfg.DecodeWork
 	home, move := c.homes.Lookup(req.Key, m.table), int64(0)
+	if home < 0 && req.ParentKey != 0 {
+		home = c.homes.Lookup(req.ParentKey, m.table)
+	}
 	if home >= 0 || c.warmingUp(now) {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}

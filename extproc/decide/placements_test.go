@@ -283,3 +283,29 @@ func TestAHomeExpiresWhenItsEngineCacheTurnsOver(t *testing.T) {
 		t.Errorf("the key stayed on %s (spilled %v) after its cache turned over", got.Engine, got.Spilled)
 	}
 }
+
+// A conversation whose prompt crossed a rung of the key ladder has a new key with no home
+// yet; its parent key (the previous turn's) has one, and the request goes there, to its
+// context, not to the new key's first engine. Without the parent it would go to the first.
+func TestAKeyWithoutAHomeFollowsItsParent(t *testing.T) {
+	c, fresh := placementCore(t), placementCore(t)
+	const parent = 0xabcdef0123456789
+	first := route(t, fresh, parent).Engine
+	c.ObserveEngineLoad(addrOf(first), requests(10))
+	placed := route(t, c, parent).Engine // moved off its busy first engine
+	if placed == first {
+		t.Fatalf("the parent key stayed on its busy first engine %s", first)
+	}
+	c.ObserveEngineLoad(addrOf(first), requests(0))
+	key := uint64(0x1111111111110000)
+	for ; route(t, fresh, key).Engine == placed; key += 1 << 16 {
+	}
+	newKey := route(t, fresh, key).Engine
+	d := c.Route(Request{Model: "a", Key: key, ParentKey: parent, BodyBytes: placementPrompt * BytesPerToken}, make([]int, 0, 8))
+	if d.Engine != placed {
+		t.Errorf("the new key went to %s, want %s where its parent's context is (its own first engine is %s)", d.Engine, placed, newKey)
+	}
+	if got := route(t, c, key).Engine; got != placed {
+		t.Errorf("the key's next request went to %s, want %s: the key is at home there now", got, placed)
+	}
+}

@@ -64,12 +64,22 @@ type Options struct {
 	BlockBytes int
 	// MaxBlocks caps the chain's length: bytes past MaxBlocks*BlockBytes are not hashed.
 	MaxBlocks int
+	// KeyBlocks, when > 0, sets Request.Key and Request.ParentKey by the key ladder
+	// (KeyDepth): its first rung is the chain after KeyBlocks blocks, and each next rung
+	// twice as deep, up to MaxBlocks.
+	KeyBlocks int
+	// KeyOnly leaves Request.Blocks empty: a caller that routes needs only the keys, and a
+	// long prompt then costs no memory per block.
+	KeyOnly bool
 	// MaxDepth rejects bodies nested deeper than this (a cheap defence against hostile JSON).
 	MaxDepth int
 }
 
-// DefaultOptions hash up to 64 blocks of 256 bytes.
-func DefaultOptions() Options { return Options{BlockBytes: 256, MaxBlocks: 64, MaxDepth: 32} }
+// DefaultOptions hash up to 4096 blocks of 256 bytes (1 MiB), with a key ladder from
+// 16 blocks (4 KiB, about 1,000 tokens) to the last of them.
+func DefaultOptions() Options {
+	return Options{BlockBytes: 256, MaxBlocks: 4096, KeyBlocks: 16, MaxDepth: 32}
+}
 
 // Validate reports options Parse cannot work with.
 func (o Options) Validate() error {
@@ -78,6 +88,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("block_bytes must be >= 16 (got %d)", o.BlockBytes)
 	case o.MaxBlocks < 1:
 		return fmt.Errorf("max_blocks must be >= 1 (got %d)", o.MaxBlocks)
+	case o.KeyBlocks < 0 || o.KeyBlocks > o.MaxBlocks:
+		return fmt.Errorf("key_blocks must be in [0, max_blocks=%d] (got %d)", o.MaxBlocks, o.KeyBlocks)
 	case o.MaxDepth < 4:
 		return fmt.Errorf("max_depth must be >= 4 (got %d)", o.MaxDepth)
 	}
@@ -93,6 +105,37 @@ type Request struct {
 	Blocks    []uint64
 	// PromptBytes counts canonical prompt bytes seen (capped at MaxBlocks*BlockBytes).
 	PromptBytes int
+	// Key is the routing key when Options.KeyBlocks is set: the chain at the deepest rung
+	// of the key ladder the prompt fills (KeyDepth), or, for a prompt shorter than the
+	// first rung, the chain over all of it. ParentKey is the chain at the rung above Key's
+	// (0 when Key is on the first rung or below it): the key the same conversation had
+	// while its prompt was up to half as long. Both are 0 for an empty prompt.
+	Key, ParentKey uint64
+}
+
+// KeyDepth is the key ladder: for a prompt of n whole units (blocks, or tokens), with
+// first rung first and deepest rung at most last, it returns the depth of the routing
+// key, first x 2^k for the largest k with first x 2^k <= min(n, last), and of its parent
+// rung (half of it, 0 when the key is on the first rung). depth is 0 when n < first: the
+// key is then the whole prompt.
+//
+// A conversation's prompt grows by its previous turn and answer, so each turn's prompt
+// opens with the one before: its key is the one the previous turn had, or, when the
+// prompt crossed a rung, that key is its parent. A fixed depth cannot serve both a fleet
+// whose prompts differ within a few KiB and one whose prompts all open with the same long
+// system prompt (the key would be that system prompt, one for every conversation).
+func KeyDepth(n, first, last int) (depth, parent int) {
+	if first < 1 || n < first {
+		return 0, 0
+	}
+	depth = first
+	for depth <= min(n, last)/2 {
+		depth *= 2
+	}
+	if depth > first {
+		parent = depth / 2
+	}
+	return depth, parent
 }
 
 // Error is a client error: the body is not a request Parse can route.
@@ -106,6 +149,9 @@ func badf(format string, args ...any) error { return &Error{Reason: fmt.Sprintf(
 // r is reset and reused, so a caller can keep one per stream and avoid allocations.
 func Parse(k Kind, body []byte, complete bool, opt Options, r *Request) error {
 	*r = Request{Blocks: r.Blocks[:0]}
+	if opt.KeyOnly {
+		r.Blocks = nil
+	}
 	valid := body
 	if !complete {
 		// A cut may split a multi-byte rune; only the bytes before it must be valid.
@@ -114,7 +160,7 @@ func Parse(k Kind, body []byte, complete bool, opt Options, r *Request) error {
 	if !utf8.Valid(valid) {
 		return badf("body is not valid UTF-8")
 	}
-	h := hasher{opt: opt, r: r}
+	h := hasher{opt: opt, r: r, rung: opt.KeyBlocks}
 	p := parser{sc: scanner{b: body, maxDepth: opt.MaxDepth}, h: &h, kind: k, instructionsAt: -1, inputAt: -1}
 	if k == ModelOnly {
 		h.write(valid)
@@ -185,9 +231,11 @@ type hasher struct {
 	d    xxhash.Digest
 	prev uint64
 	fill int
+	// n counts whole blocks; rung is the depth of the next rung of the key ladder.
+	n, rung int
 }
 
-func (h *hasher) full() bool { return len(h.r.Blocks) >= h.opt.MaxBlocks }
+func (h *hasher) full() bool { return h.n >= h.opt.MaxBlocks }
 
 func (h *hasher) write(b []byte) {
 	for len(b) > 0 && !h.full() {
@@ -204,7 +252,15 @@ func (h *hasher) write(b []byte) {
 		b = b[n:]
 		if h.fill == h.opt.BlockBytes {
 			h.prev = h.d.Sum64()
-			h.r.Blocks = append(h.r.Blocks, h.prev)
+			h.n++
+			if !h.opt.KeyOnly {
+				h.r.Blocks = append(h.r.Blocks, h.prev)
+			}
+			if h.n == h.rung {
+				// A rung of the ladder (KeyDepth): the key so far becomes the parent.
+				h.r.ParentKey, h.r.Key = h.r.Key, h.prev
+				h.rung *= 2
+			}
 			h.fill = 0
 		}
 	}
@@ -212,7 +268,16 @@ func (h *hasher) write(b []byte) {
 
 func (h *hasher) flush() {
 	if h.fill > 0 && !h.full() {
-		h.r.Blocks = append(h.r.Blocks, h.d.Sum64())
+		tail := h.d.Sum64()
+		if !h.opt.KeyOnly {
+			h.r.Blocks = append(h.r.Blocks, tail)
+		}
+		if h.opt.KeyBlocks > 0 && h.n < h.opt.KeyBlocks {
+			h.r.Key = tail // shorter than the first rung: the whole prompt is the key
+		}
 		h.fill = 0
+	}
+	if h.opt.KeyBlocks > 0 && h.r.Key == 0 && h.n > 0 {
+		h.r.Key = h.prev
 	}
 }

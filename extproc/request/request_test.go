@@ -3,6 +3,7 @@ package request
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -304,4 +305,73 @@ func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) ([]byte, b
 		}
 	}
 	return append(canon, 0x1e), true
+}
+
+func TestKeyDepth(t *testing.T) {
+	cases := []struct{ n, first, last, depth, parent int }{
+		{0, 16, 4096, 0, 0},
+		{15, 16, 4096, 0, 0},
+		{16, 16, 4096, 16, 0},
+		{31, 16, 4096, 16, 0},
+		{32, 16, 4096, 32, 16},
+		{1000, 16, 4096, 512, 256},
+		{1 << 20, 16, 4096, 4096, 2048},
+		{100, 16, 50, 32, 16}, // the last rung at or below last
+		{100, 16, 16, 16, 0},  // one rung: a fixed key
+		{5, 0, 16, 0, 0},
+	}
+	for _, c := range cases {
+		if d, p := KeyDepth(c.n, c.first, c.last); d != c.depth || p != c.parent {
+			t.Errorf("KeyDepth(%d, %d, %d) = %d, %d; want %d, %d", c.n, c.first, c.last, d, p, c.depth, c.parent)
+		}
+	}
+}
+
+// The parser's keys are the chain at KeyDepth's rungs, with or without the blocks kept,
+// and a conversation's next turn, whose prompt opens with the previous one, keeps the
+// previous turn's key or names it as its parent.
+func TestKeyLadder(t *testing.T) {
+	opt := Options{BlockBytes: 16, MaxBlocks: 64, KeyBlocks: 4, MaxDepth: 32}
+	keyOnly := opt
+	keyOnly.KeyOnly = true
+	body := func(prompt string) []byte { return []byte(`{"model":"m","prompt":"` + prompt + `"}`) }
+	var prevKey uint64
+	prompt := ""
+	for turn := range 40 {
+		prompt += fmt.Sprintf("turn %d says %s. ", turn, strings.Repeat("x", turn))
+		var all, only Request
+		if err := Parse(Completions, body(prompt), true, opt, &all); err != nil {
+			t.Fatal(err)
+		}
+		if err := Parse(Completions, body(prompt), true, keyOnly, &only); err != nil {
+			t.Fatal(err)
+		}
+		if len(only.Blocks) != 0 || only.Key != all.Key || only.ParentKey != all.ParentKey || only.PromptBytes != all.PromptBytes {
+			t.Fatalf("turn %d: KeyOnly kept %d blocks, keys %x/%x vs %x/%x", turn, len(only.Blocks), only.Key, only.ParentKey, all.Key, all.ParentKey)
+		}
+		full := all.PromptBytes / opt.BlockBytes
+		depth, parent := KeyDepth(full, opt.KeyBlocks, opt.MaxBlocks)
+		want, wantParent := all.Blocks[len(all.Blocks)-1], uint64(0)
+		if depth > 0 {
+			want = all.Blocks[depth-1]
+		}
+		if parent > 0 {
+			wantParent = all.Blocks[parent-1]
+		}
+		if all.Key != want || all.ParentKey != wantParent {
+			t.Fatalf("turn %d (%d whole blocks): key %x parent %x, want the chain at %d (%x) and %d (%x)",
+				turn, full, all.Key, all.ParentKey, depth, want, parent, wantParent)
+		}
+		if depth > 0 && prevKey != 0 && all.Key != prevKey && all.ParentKey != prevKey {
+			// A turn that grew by less than a doubling crosses at most one rung.
+			t.Errorf("turn %d: key %x and parent %x, neither the previous turn's %x", turn, all.Key, all.ParentKey, prevKey)
+		}
+		if depth > 0 {
+			prevKey = all.Key
+		}
+	}
+	var empty Request
+	if err := Parse(Completions, body(""), true, opt, &empty); err != nil || empty.Key != 0 || empty.ParentKey != 0 {
+		t.Errorf("an empty prompt: key %x parent %x, err %v; want 0, 0", empty.Key, empty.ParentKey, err)
+	}
 }

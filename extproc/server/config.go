@@ -24,11 +24,10 @@ import (
 // ReadFile, then File.Build), or start from DefaultConfig in code; New refuses an invalid
 // one.
 type Config struct {
+	// Request bounds the parse and sets the routing key's ladder (request.KeyDepth):
+	// KeyBlocks is its first rung, MaxBlocks its last. The server sets KeyOnly.
 	Request request.Options
-	// AffinityBlocks picks the routing key: the chained hash after this many prefix blocks
-	// (or after the last block of a shorter prompt).
-	AffinityBlocks int
-	Picker         picker.Config
+	Picker  picker.Config
 	// DecodeWork is the prompt-token equivalents bounded loads charge for a request's
 	// decode, on top of its body's tokens (decide.Config.DecodeWork).
 	DecodeWork int64
@@ -146,8 +145,8 @@ func (c Config) Validate() error {
 	}
 	add(c.Request.Validate())
 	add(c.Core().Validate())
-	if c.AffinityBlocks < 1 || c.AffinityBlocks > c.Request.MaxBlocks {
-		add(fmt.Errorf("request.affinity_blocks must be in [1, request.max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.AffinityBlocks))
+	if c.Request.KeyBlocks < 1 {
+		add(fmt.Errorf("request.affinity_blocks must be in [1, request.max_blocks=%d] (got %d)", c.Request.MaxBlocks, c.Request.KeyBlocks))
 	}
 	add(validatePriority(c.Priority, c.Shed.Priorities))
 	add(c.EngineLoad.validate())
@@ -297,6 +296,10 @@ const (
 
 // The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
 // heard after 10 s is past most conversations' next turn.
+// maxMaxBlocks bounds request.max_blocks: the key ladder needs no more than a 1 GiB prompt
+// at the smallest block, and a mistyped value must not become a limit nothing reaches.
+const maxMaxBlocks = 1 << 22
+
 const (
 	minPlacementInterval = 10 * time.Millisecond
 	maxPlacementInterval = 10 * time.Second
@@ -310,7 +313,7 @@ const (
 func DefaultFile() File {
 	req, pk, rt, sh := request.DefaultOptions(), picker.DefaultConfig(), guard.DefaultRetryConfig(), guard.DefaultShedConfig()
 	return File{
-		Request: FileRequest{BlockBytes: req.BlockBytes, MaxBlocks: req.MaxBlocks, AffinityBlocks: 16,
+		Request: FileRequest{BlockBytes: req.BlockBytes, MaxBlocks: req.MaxBlocks, AffinityBlocks: req.KeyBlocks,
 			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
 		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
@@ -359,8 +362,8 @@ func (f File) Validate() error {
 	if r.BlockBytes < 16 {
 		bad("request.block_bytes", "is %d: want >= 16", r.BlockBytes)
 	}
-	if r.MaxBlocks < 1 {
-		bad("request.max_blocks", "is %d: want >= 1", r.MaxBlocks)
+	if r.MaxBlocks < 1 || r.MaxBlocks > maxMaxBlocks {
+		bad("request.max_blocks", "is %d: want 1..%d", r.MaxBlocks, maxMaxBlocks)
 	}
 	if r.AffinityBlocks < 1 || r.AffinityBlocks > max(r.MaxBlocks, 1) {
 		bad("request.affinity_blocks", "is %d: want 1..request.max_blocks (%d)", r.AffinityBlocks, r.MaxBlocks)
@@ -476,7 +479,8 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 		return Config{}, errors.New("sidecar config: a logger is required")
 	}
 	req := request.DefaultOptions()
-	req.BlockBytes, req.MaxBlocks = f.Request.BlockBytes, f.Request.MaxBlocks
+	req.BlockBytes, req.MaxBlocks, req.KeyBlocks = f.Request.BlockBytes, f.Request.MaxBlocks, f.Request.AffinityBlocks
+	req.KeyOnly = true
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)
@@ -488,7 +492,6 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	sh.Priorities, sh.RetryAfter = f.Shed.Priorities, f.Shed.RetryAfter
 	c := Config{
 		Request:           req,
-		AffinityBlocks:    f.Request.AffinityBlocks,
 		Picker:            pk,
 		DecodeWork:        f.Picker.DecodeWorkTokens,
 		MoveFactor:        f.Picker.MoveFactor,

@@ -17,7 +17,7 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"request: {block_bytes: 8}", "request.block_bytes is 8"},
 		{"request: {max_blocks: 0}", "request.max_blocks is 0"},
-		{"request: {affinity_blocks: 65}", "request.affinity_blocks is 65"},
+		{"request: {affinity_blocks: 4097}", "request.affinity_blocks is 4097"}, {"request: {max_blocks: 8000000}", "request.max_blocks is 8000000"},
 		{"request: {body_limit_bytes: 100}", "request.body_limit_bytes is 100"},
 		{"request: {hold_timeout: 0s}", "request.hold_timeout is 0s"},
 		{"picker: {fallbacks: -1}", "picker.fallbacks is -1"},
@@ -92,7 +92,7 @@ report_interval: 3s
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{c.Request.BlockBytes, c.Request.MaxBlocks, c.AffinityBlocks, c.BodyLimitBytes, c.HoldTimeout.String(),
+	got := []any{c.Request.BlockBytes, c.Request.MaxBlocks, c.Request.KeyBlocks, c.BodyLimitBytes, c.HoldTimeout.String(),
 		c.Picker.Fallbacks, c.Picker.Epsilon, c.Picker.MaxInFlight, c.DecodeWork, c.Picker.SpillFloor, c.Outliers.RecoverHalfLife.String(),
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),

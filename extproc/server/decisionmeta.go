@@ -97,5 +97,5 @@ func (m *decisionMeta) fill(d *decide.Decision, key uint64, engines string, stat
 func (s *Server) withDecision(resp *extprocv3.ProcessingResponse, st *streamState, d *decide.Decision, status int) {
 	m := &decisionMeta{}
 	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
-		xdsapi.MetadataNamespaceDecision: m.fill(d, s.key(&st.req), "", status)}}
+		xdsapi.MetadataNamespaceDecision: m.fill(d, st.req.Key, "", status)}}
 }

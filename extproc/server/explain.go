@@ -94,7 +94,7 @@ func (s *Server) explain(ctx context.Context, st *streamState, d *decide.Decisio
 		return
 	}
 	e := &Explained{At: s.clock.Now(), RequestID: st.requestID, Model: d.Model, Result: d.Verdict.String(),
-		key: s.key(&st.req), Priority: d.Priority, Engine: d.Engine, Destination: st.dest,
+		key: st.req.Key, Priority: d.Priority, Engine: d.Engine, Destination: st.dest,
 		PassedOver: d.Spilled, Overflowed: d.Overflowed, Retries: d.Retries, RetryOn: d.RetryOn, Budget: d.Budget, Status: status}
 	if st.hasSubset {
 		e.Subset = st.subset

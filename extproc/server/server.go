@@ -202,9 +202,8 @@ type streamState struct {
 	traceparent string
 	requestID   string
 	req         request.Request
-	blocks      [64]uint64 // backs req.Blocks for the default MaxBlocks
-	ticket      string     // the in-flight ticket this stream's request holds, if any
-	dest        string     // the endpoint list the sidecar answered with, if it steered
+	ticket      string // the in-flight ticket this stream's request holds, if any
+	dest        string // the endpoint list the sidecar answered with, if it steered
 	// subset is a GIE gateway's subset hint (gie.go); hasSubset is set when it sent one.
 	subset    []string
 	hasSubset bool
@@ -361,20 +360,20 @@ func (s *Server) holdBody(ctx context.Context, st *streamState, b *extprocv3.Htt
 const earlyParseBytes = 16 << 10
 
 // keyKnown reports whether the part of the body gathered so far already fixes the routing:
-// the model is named and the prefix blocks that form the key are complete, so the rest of
-// a long prompt cannot change the pick. The body's end then need not be waited for.
+// the model is named and the prompt has filled the key ladder's last rung, so the rest of
+// a long prompt cannot change the pick. The body's end then need not be waited for. (A
+// shorter prompt's key is its deepest rung, known only once the prompt has ended.)
 func (s *Server) keyKnown(st *streamState, gathered []byte) bool {
-	if len(gathered) < max(st.nextParse, earlyParseBytes) {
+	// The canonical prompt is never longer than the body that carries it.
+	last := s.cfg.Request.MaxBlocks * s.cfg.Request.BlockBytes
+	if len(gathered) < max(st.nextParse, earlyParseBytes, last) {
 		return false
 	}
 	st.nextParse = 2 * len(gathered)
-	if st.req.Blocks == nil {
-		st.req.Blocks = st.blocks[:0]
-	}
 	err := request.Parse(st.kind, gathered, false, s.cfg.Request, &st.req)
-	// With a cut body the last block may be a partial one; the key's must be whole.
-	n := len(st.req.Blocks)
-	keyIn := n > s.cfg.AffinityBlocks || n >= s.cfg.Request.MaxBlocks
+	// The key is the deepest rung of the ladder the prompt fills, so only a prompt that
+	// has reached the last rung (the hashing stopped) has its key before the body's end.
+	keyIn := st.req.PromptBytes >= last
 	if keyIn && st.req.Model == "" {
 		// The key's blocks are in and the model is not: it comes after the prompt, at the
 		// body's end as the OpenAI SDKs send it (messages first), so parsing again before
@@ -492,9 +491,6 @@ func value(hv *corev3.HeaderValue) string {
 func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bool) decision {
 	var err error
 	if !st.parsed {
-		if st.req.Blocks == nil {
-			st.req.Blocks = st.blocks[:0]
-		}
 		err = request.Parse(st.kind, body, eos, s.cfg.Request, &st.req)
 	}
 	if d, over := s.bodyOverLimit(ctx, st, body, eos); over {
@@ -512,7 +508,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 		return decision{immediate: errorResponse(400, "invalid_request_error", ce.Reason, 0)}
 	}
 	var buf [picker.MaxExamined]int
-	d := s.core.Route(decide.Request{Model: st.req.Model, Key: s.key(&st.req), Priority: st.priority,
+	d := s.core.Route(decide.Request{Model: st.req.Model, Key: st.req.Key, ParentKey: st.req.ParentKey, Priority: st.priority,
 		PromptBytes: st.req.PromptBytes, BodyBytes: bodyBytes(st.contentLength, len(body)),
 		RequestID: st.requestID, Subset: st.subset, HasSubset: st.hasSubset}, buf[:0])
 	st.ticket = d.Ticket
@@ -554,7 +550,7 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	st.dest = dest
 	a.setString(xdsapi.HeaderCluster, d.Cluster)
 	var num [20]byte
-	a.setHeader(xdsapi.HeaderPrefixHash, strconv.AppendUint(num[:0], s.key(&st.req), 16))
+	a.setHeader(xdsapi.HeaderPrefixHash, strconv.AppendUint(num[:0], st.req.Key, 16))
 	if d.Ticket != "" {
 		a.setString(outcome.HeaderTicket, d.Ticket)
 	}
@@ -563,7 +559,7 @@ func (s *Server) steer(ctx context.Context, st *streamState, d *decide.Decision)
 	start = len(a.raw)
 	a.raw = appendChildTraceparent(a.raw, st.traceparent)
 	a.setHeaderRaw("traceparent", start)
-	a.finish(dest, a.decision.fill(d, s.key(&st.req), dest, 0))
+	a.finish(dest, a.decision.fill(d, st.req.Key, dest, 0))
 	s.explain(ctx, st, d, 0)
 	s.metrics.decision(ctx, d.Model, resultSteered)
 	s.metrics.picks.Add(ctx, 1, s.metrics.opt("engine", d.Engine))
@@ -587,14 +583,6 @@ func (s *Server) shedStatus(p int) int {
 		return 429
 	}
 	return 503
-}
-
-// key is the routing key: the chained hash at the affinity depth.
-func (s *Server) key(r *request.Request) uint64 {
-	if len(r.Blocks) == 0 {
-		return 0
-	}
-	return r.Blocks[min(len(r.Blocks), s.cfg.AffinityBlocks)-1]
 }
 
 // OnOutcome hands one entry of Envoy's access log stream to the core.

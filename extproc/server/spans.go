@@ -40,7 +40,7 @@ func (s *Server) span(ctx context.Context, st *streamState, d *decide.Decision, 
 	_, sp := s.cfg.Tracer.Start(ctx, "meridian.decision", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
 		attribute.String(attrModel, d.Model),
 		attribute.String(attrResult, d.Verdict.String()),
-		attribute.String(attrPrefixKey, strconv.FormatUint(s.key(&st.req), 16)),
+		attribute.String(attrPrefixKey, strconv.FormatUint(st.req.Key, 16)),
 		attribute.Int(attrPriority, d.Priority),
 		attribute.String(attrEngine, d.Engine),
 		attribute.String(attrEngines, st.dest),

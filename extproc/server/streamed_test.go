@@ -267,27 +267,57 @@ func TestStreamedInFlightUntilOutcome(t *testing.T) {
 	}
 }
 
-// A long prompt whose model comes first is routed once the blocks that form the key are in,
-// without waiting for the rest of the body, and to the engine the whole body would get.
+// A long prompt whose model comes first is routed once it has filled the key ladder's last
+// rung, without waiting for the rest of the body, and to the engine the whole body would
+// get. (The hold timer is too long to be what answers.)
 func TestStreamedLongPromptRoutedOnceTheKeyIsIn(t *testing.T) {
-	h := newHarness(t)
+	h := newHarnessWith(t, func(c *server.Config) {
+		c.Request.MaxBlocks = 64 // the last rung at 16 KiB
+		c.HoldTimeout = time.Minute
+	})
 	body := modelFirst("llama", strings.Repeat("a long shared document. ", 8<<10)) // ~200 KiB
 	first := h.exchange(t, "/v1/chat/completions", body)
-	want := header(first, xdsapi.HeaderDestination)
+	want, wantKey := header(first, xdsapi.HeaderDestination), header(first, xdsapi.HeaderPrefixHash)
 	// It ends before the streamed one starts, so both are decided on the same (empty) loads.
 	primary, _, _ := strings.Cut(want, ",")
 	h.srv.OnOutcome(outcome.Record{Ticket: header(first, outcome.HeaderTicket), Upstream: primary, Status: 200, Attempts: 1})
 	s := h.streamed(t, "/v1/chat/completions", nil)
 	const chunk = 8 << 10
-	s.chunk(body[:chunk], false)
-	s.chunk(body[chunk:2*chunk], false) // 16 KiB: the key's 16 blocks of 256 bytes are in
-	r := s.recv()
-	if got := headersHeader(r, xdsapi.HeaderDestination); got != want || got == "" {
-		t.Fatalf("after 16 KiB of a long prompt: destination %q, the whole body gets %q", got, want)
+	for i := range 4 { // 32 KiB (parsed at 16 KiB and at each doubling): the 64 blocks of 256 prompt bytes are in
+		s.chunk(body[i*chunk:(i+1)*chunk], false)
 	}
-	s.expectBodies(2)
-	s.chunk(body[2*chunk:], true)
+	r := s.recv()
+	if got, key := headersHeader(r, xdsapi.HeaderDestination), headersHeader(r, xdsapi.HeaderPrefixHash); got != want || got == "" || key != wantKey {
+		t.Fatalf("after 32 KiB of a long prompt: destination %q key %s, the whole body gets %q key %s", got, key, want, wantKey)
+	}
+	s.expectBodies(4)
+	s.chunk(body[4*chunk:], true)
 	s.expectBodies(1)
+}
+
+// On the shipped ladder (its last rung at 1 MiB) the same prompt's key is its deepest rung,
+// which only its end shows: the streamed body is routed then, on the key the whole body
+// has, not on what its first 16 KiB would make of it.
+func TestStreamedLongPromptKeyedOnItsDeepestRung(t *testing.T) {
+	h := newHarnessWith(t, func(c *server.Config) { c.HoldTimeout = time.Minute })
+	body := modelFirst("llama", strings.Repeat("a long shared document. ", 8<<10))
+	whole := h.exchange(t, "/v1/chat/completions", body)
+	wantKey := header(whole, xdsapi.HeaderPrefixHash)
+	part := h.exchange(t, "/v1/chat/completions", body[:16<<10]+`"}]}`)
+	if k := header(part, xdsapi.HeaderPrefixHash); k == wantKey || wantKey == "" {
+		t.Fatalf("the first 16 KiB and the whole prompt share the key %s: the ladder is not in use", k)
+	}
+	s := h.streamed(t, "/v1/chat/completions", nil)
+	const chunk = 16 << 10
+	n := 0
+	for off := 0; off < len(body); off += chunk {
+		s.chunk(body[off:min(off+chunk, len(body))], off+chunk >= len(body))
+		n++
+	}
+	if key := headersHeader(s.recv(), xdsapi.HeaderPrefixHash); key != wantKey {
+		t.Fatalf("streamed long prompt keyed %s, the whole body's key is %s", key, wantKey)
+	}
+	s.expectBodies(n)
 }
 
 // A long prompt whose model comes last (as the OpenAI SDKs send it) cannot be routed before

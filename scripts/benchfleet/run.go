@@ -111,9 +111,10 @@ func run(ctx context.Context, o options, stderr io.Writer) (*Output, error) {
 	if b.synth, err = trace.NewSynthesizer(o.blockBytes, o.seed); err != nil {
 		return nil, fmt.Errorf("--block-bytes: %w", err)
 	}
-	// The client's prefix header covers what the sidecar keys its affinity on.
+	// The client's prefix header covers the sidecar's shallowest key, the first rung of its
+	// key ladder: a ring hash hashes on one fixed depth.
 	sc := server.DefaultConfig(slog.New(slog.DiscardHandler))
-	b.prefixLen = sc.AffinityBlocks * sc.Request.BlockBytes
+	b.prefixLen = sc.Request.KeyBlocks * sc.Request.BlockBytes
 	spec := b.spec(dir, bins)
 	startCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()

@@ -73,8 +73,8 @@ func main() {
 	fs.StringVar(&f.peers, "peers", "", "comma-separated host:port of the node's sidecars' --peer-listen (a name may resolve to all of them, this one included); their requests in flight count in this sidecar's picks")
 	var flagged server.File // what explicitly given flags say; applied over the file
 	fs.IntVar(&flagged.Request.BlockBytes, "block-bytes", file.Request.BlockBytes, "bytes of canonical prompt per prefix block (request.block_bytes)")
-	fs.IntVar(&flagged.Request.MaxBlocks, "max-blocks", file.Request.MaxBlocks, "prefix blocks hashed at most (request.max_blocks)")
-	fs.IntVar(&flagged.Request.AffinityBlocks, "affinity-blocks", file.Request.AffinityBlocks, "prefix blocks that form the routing key (request.affinity_blocks)")
+	fs.IntVar(&flagged.Request.MaxBlocks, "max-blocks", file.Request.MaxBlocks, "prefix blocks hashed at most: the routing key's deepest rung (request.max_blocks)")
+	fs.IntVar(&flagged.Request.AffinityBlocks, "affinity-blocks", file.Request.AffinityBlocks, "prefix blocks of the routing key's first rung; each next rung is twice as deep (request.affinity_blocks)")
 	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
 	fs.Int64Var(&flagged.Request.MaxRequestBytes.DefaultBytes, "max-request-bytes", file.Request.MaxRequestBytes.DefaultBytes, "largest request body in bytes: 413 in OpenAI's shape above it (request.max_request_bytes.default_bytes; per model in the --config file)")
 	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
