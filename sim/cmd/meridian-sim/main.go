@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ import (
 )
 
 type options struct {
+	cpuProfile string
 	tracePath  string
 	format     string
 	load       float64
@@ -117,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.arrivals, "arrivals", "", "another trace (Mooncake JSONL or Azure CSV) whose arrival times the trace's requests take, in order, before --load rescales them: one trace's requests on another's bursts")
 	fs.IntVar(&o.kvTokens, "kv-tokens", 0, "KV cache per engine in tokens (0: the --gpu calibration's figure)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress on stderr")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof reads it)")
 	fs.StringVar(&o.gpu, "gpu", "a100-40gb", "engine calibration: "+strings.Join(engine.GPUs, " or "))
 	var deployments string
 	fs.StringVar(&deployments, "deployment", string(sim.DeployRegion), "router deployment: region or global (--capacity: a comma-separated list)")
@@ -124,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.shedBacklog, "shed-backlog", 0, "meridian's control server --shed-backlog: shed only while the engines queue this much work (0: whenever the plan sheds, the default)")
 	var sidecarPath string
 	var moveCost, minShare, rhoMax float64
-	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's; its routing key's depth, affinity_blocks x block_bytes, is also every policy's that hashes on a prefix key)")
+	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's; its key ladder, affinity_blocks to max_blocks blocks of block_bytes, also keys every policy that hashes on a prefix key)")
 	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default shown (meridian-defaults) or the fleet tuning's (meridian: half the trace's cold engine time)")
 	fs.Float64Var(&minShare, "min-share-change", optimizer.DefaultConfig().MinShareChange, "meridian's control server --min-share-change for both meridian policies; unset, as --move-cost")
 	fs.Float64Var(&rhoMax, "rho-max", optimizer.DefaultConfig().Params.RhoMax, "meridian's control server --rho-max for both meridian policies; unset, as --move-cost")
@@ -252,7 +255,22 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, os.Stdout, os.Stderr); err != nil {
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meridian-sim: --cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+	}
+	err = run(ctx, o, os.Stdout, os.Stderr)
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile() // an interrupted run's profile too
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "meridian-sim:", err)
 		os.Exit(1)
 	}
