@@ -67,9 +67,9 @@ type Config struct {
 	// Sidecar, when set, is the sidecar configuration of both meridian policies in place of
 	// the shipped one (meridian-sim --sidecar-config reads it from the sidecar's YAML file);
 	// the picker's bucket count is the simulator's either way (simBuckets). Its key ladder
-	// (request.affinity_blocks to request.max_blocks blocks of block_bytes) keys every
-	// policy that hashes on Request.Key, the baselines' included, so a file that changes it
-	// changes them too.
+	// (request.affinity_blocks to request.max_blocks blocks of block_bytes) keys meridian,
+	// and its first rung is the fixed-depth key of every baseline that hashes on a prefix
+	// (Request.Key), so a file that changes it changes them too.
 	Sidecar *server.Config
 	// MoveCost, MinShareChange and RhoMax, when set, are the control server's --move-cost,
 	// --min-share-change and --rho-max for both meridian policies, in place of the shipped

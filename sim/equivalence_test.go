@@ -78,7 +78,7 @@ func TestSidecarAndSimulatorDecideAlike(t *testing.T) {
 		dest, retries, status := proc(t, body)
 		// The simulator sizes a request's body from its prompt tokens, the sidecar reads the
 		// body it gets: the same size gives both the same bounded-load weight.
-		r := m.Route(0, &Request{ID: i, Cluster: 0, Key: req.Key, ParentKey: req.ParentKey, InputTokens: len(body) / decide.BytesPerToken})
+		r := m.Route(0, &Request{ID: i, Cluster: 0, LadderKey: req.Key, ParentKey: req.ParentKey, InputTokens: len(body) / decide.BytesPerToken})
 		var simDest []string
 		for _, e := range r.Engines {
 			simDest = append(simDest, addrs[e])
@@ -176,11 +176,11 @@ func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	usual := idle.Route(0, &Request{ID: 1, Cluster: 0, Key: key, InputTokens: 4000}).Engines[0] // the key's first engine
+	usual := idle.Route(0, &Request{ID: 1, Cluster: 0, LadderKey: key, InputTokens: 4000}).Engines[0] // the key's first engine
 	// Replica 0 sees others' work on the key's first engine, so it places the new key elsewhere.
 	m.sidecars[0][0].core.ObserveEngineLoad(m.addrs[usual], enginemetrics.Load{Running: 10, KVUsage: math.NaN()})
 	const warm = 2 * time.Minute // past the sidecars' warm-up, when unknown keys are placed freely
-	first := m.Route(warm, &Request{ID: 1, Cluster: 0, Replica: 0, Key: key, InputTokens: 4000})
+	first := m.Route(warm, &Request{ID: 1, Cluster: 0, Replica: 0, LadderKey: key, InputTokens: 4000})
 	if first.Engines[0] == usual {
 		t.Fatalf("replica 0 placed the new key on its busy first engine %d", usual)
 	}
@@ -191,7 +191,7 @@ func TestSimulatedSidecarsExchangePlacements(t *testing.T) {
 		t.Errorf("a second exchange adopted %d placements, want none", got)
 	}
 	for rep := 1; rep < 4; rep++ {
-		if r := m.Route(warm, &Request{ID: 1 + rep, Cluster: 0, Replica: rep, Key: key, InputTokens: 4000}); r.Engines[0] != first.Engines[0] {
+		if r := m.Route(warm, &Request{ID: 1 + rep, Cluster: 0, Replica: rep, LadderKey: key, InputTokens: 4000}); r.Engines[0] != first.Engines[0] {
 			t.Errorf("replica %d sent the key to engine %d, want %d where replica 0 placed it", rep, r.Engines[0], first.Engines[0])
 		}
 	}
@@ -209,7 +209,7 @@ func TestRejectedRequestIsNotTheEnginesError(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		r := &Request{ID: i, Cluster: 0, Key: 42, InputTokens: 200_000}
+		r := &Request{ID: i, Cluster: 0, LadderKey: 42, InputTokens: 200_000}
 		rt := m.Route(0, r)
 		m.Observe(0, Outcome{Kind: Sent, Request: r, Engine: rt.Engines[0]})
 		m.Observe(0, Outcome{Kind: Failed, Request: r, Engine: rt.Engines[0], Final: true, Rejected: true})
@@ -248,7 +248,7 @@ func TestSimulatedSidecarsSendEachOtherTheirRequestsInFlight(t *testing.T) {
 	for i := range v.Engines {
 		v.Engines[i].Up = true
 	}
-	r := &Request{ID: 1, Cluster: 0, Replica: 0, Key: 7, InputTokens: 4000}
+	r := &Request{ID: 1, Cluster: 0, Replica: 0, LadderKey: 7, InputTokens: 4000}
 	rt := m.Route(0, r)
 	m.Observe(0, Outcome{Kind: Sent, Request: r, Engine: rt.Engines[0]})
 	peerSees := func(rep int) int64 { return m.sidecars[0][rep].core.PeerInFlight()[m.names[rt.Engines[0]]] }

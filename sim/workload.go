@@ -22,14 +22,16 @@ type Request struct {
 	InputTokens, OutputTokens int
 	// Blocks are the prompt's prefix-chained block hashes (nil when the trace has none).
 	Blocks []uint64
-	// Key is the prefix key consistent-hashing policies hash on: the chained block hash at
-	// the sidecar's affinity depth (see keyBlocks), so every request sharing that prefix
+	// Key is the prefix key the consistent-hashing baselines hash on, as a ring hash over a
+	// client's prefix header would: the chained block hash at one fixed depth, the first
+	// rung of the sidecar's key ladder (see ladder), so every request sharing that prefix
 	// shares it. Requests without blocks get a unique key.
 	Key uint64
-	// ParentKey is the key one rung up the sidecar's key ladder (request.KeyDepth), 0 when
-	// Key is on its first rung or below it: meridian's sidecars look it up when Key has
-	// no home.
-	ParentKey uint64
+	// LadderKey is meridian's routing key, the deepest rung of the sidecar's key ladder the
+	// prompt fills (request.KeyDepth), and ParentKey the rung above it (0 when LadderKey is
+	// on the first rung or below it), which meridian's sidecars look up when LadderKey has
+	// no home. Requests without blocks have LadderKey = Key.
+	LadderKey, ParentKey uint64
 	// Replica is the router replica of the request's pool that receives it, drawn per
 	// request (seeded) in [0, Config.Replicas): a load balancer in front of the replicas.
 	Replica int
@@ -110,9 +112,10 @@ func (c *Config) newRequest(id int, r trace.Request, lad keyLadder) Request {
 		OutputTokens: max(r.OutputTokens, 1), Blocks: r.HashIDs}
 	conv := uint64(id) | 1<<63
 	req.Key = mix(conv, c.Seed)
+	req.LadderKey = req.Key
 	if len(r.HashIDs) > 0 {
 		conv = r.HashIDs[0]
-		req.Key, req.ParentKey = c.prefixKeys(r.HashIDs, r.InputTokens, lad)
+		req.Key, req.LadderKey, req.ParentKey = c.prefixKeys(r.HashIDs, r.InputTokens, lad)
 	}
 	if r.Conversation != 0 {
 		conv = r.Conversation
@@ -145,9 +148,10 @@ func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Durat
 			for i, h := range src.HashIDs {
 				e.Blocks[i] = h | 1<<62 // a new user population with the same structure
 			}
-			e.Key, e.ParentKey = c.prefixKeys(e.Blocks, e.InputTokens, lad)
+			e.Key, e.LadderKey, e.ParentKey = c.prefixKeys(e.Blocks, e.InputTokens, lad)
 		} else {
 			e.Key = mix(uint64(e.ID)|1<<63, c.Seed)
+			e.LadderKey = e.Key
 		}
 		e.Replica = c.replicaOf(e.ID)
 		extra = append(extra, e)
@@ -192,7 +196,7 @@ func upperBound(reqs []Request) float64 {
 // rung and its last.
 type keyLadder struct{ first, last int }
 
-// ladder is the key ladder of c.Sidecar when set (for every policy that hashes on
+// ladder is the key ladder of c.Sidecar when set (its first rung is also the baselines'
 // Request.Key), of the shipped configuration otherwise: request.affinity_blocks and
 // request.max_blocks blocks of block_bytes prompt bytes, at decide.BytesPerToken a token.
 func (c *Config) ladder() keyLadder {
@@ -204,19 +208,24 @@ func (c *Config) ladder() keyLadder {
 	return keyLadder{first: o.KeyBlocks * o.BlockBytes / decide.BytesPerToken, last: o.MaxBlocks * o.BlockBytes / decide.BytesPerToken}
 }
 
-// prefixKeys are the routing key and its parent for a prompt of tokens tokens whose
-// trace blocks are blocks: the sidecar's (request.KeyDepth), each rung taken at the trace
-// block it ends in (trace.BlockTokens tokens a block, at least the first).
-func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (key, parent uint64) {
-	at := func(tokens int) uint64 { return blocks[min(len(blocks), max(1, tokens/trace.BlockTokens))-1] }
+// prefixKeys are the baselines' fixed-depth key, the sidecar's ladder key and its parent
+// for a prompt of tokens tokens whose trace blocks are blocks (request.KeyDepth), each
+// depth taken at the trace block it ends in (trace.BlockTokens tokens a block, at least
+// the first).
+func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (fixed, key, parent uint64) {
+	at := func(tokens int) uint64 {
+		return mix(blocks[min(len(blocks), max(1, tokens/trace.BlockTokens))-1], c.Seed)
+	}
+	whole := mix(blocks[len(blocks)-1], c.Seed)
 	depth, up := request.KeyDepth(tokens, lad.first, lad.last)
 	if depth == 0 {
-		return mix(blocks[len(blocks)-1], c.Seed), 0 // shorter than the first rung: all of it
+		return whole, whole, 0 // shorter than the first rung: all of it
 	}
-	if up > 0 && at(up) != at(depth) {
-		parent = mix(at(up), c.Seed)
+	fixed, key = at(lad.first), at(depth)
+	if up > 0 && at(up) != key {
+		parent = at(up)
 	}
-	return mix(at(depth), c.Seed), parent
+	return fixed, key, parent
 }
 
 // mix hashes x with a seed into a well-spread 64-bit value.

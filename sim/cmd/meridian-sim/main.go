@@ -127,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.shedBacklog, "shed-backlog", 0, "meridian's control server --shed-backlog: shed only while the engines queue this much work (0: whenever the plan sheds, the default)")
 	var sidecarPath string
 	var moveCost, minShare, rhoMax float64
-	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's; its key ladder, affinity_blocks to max_blocks blocks of block_bytes, also keys every policy that hashes on a prefix key)")
+	fs.StringVar(&sidecarPath, "sidecar-config", "", "meridian's sidecar configuration: a YAML file in meridian-sidecar's --config schema (docs/configuration.md) for both meridian policies, in place of the shipped defaults (the picker's bucket count stays the simulator's; its key ladder runs from affinity_blocks to max_blocks blocks of block_bytes; the first rung is also the fixed key of every baseline that hashes on a prefix)")
 	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default shown (meridian-defaults) or the fleet tuning's (meridian: half the trace's cold engine time)")
 	fs.Float64Var(&minShare, "min-share-change", optimizer.DefaultConfig().MinShareChange, "meridian's control server --min-share-change for both meridian policies; unset, as --move-cost")
 	fs.Float64Var(&rhoMax, "rho-max", optimizer.DefaultConfig().Params.RhoMax, "meridian's control server --rho-max for both meridian policies; unset, as --move-cost")
