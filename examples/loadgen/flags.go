@@ -106,7 +106,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "send ignore_eos (vLLM extension) so the server generates exactly max_tokens")
 	fs.Var(&o.headers, "header", "extra request header name=value; repeat for several (e.g. --header x-priority=low)")
 	fs.StringVar(&o.prefixHeader, "prefix-header", "", "send this header with a hash of each prompt's first --prefix-header-bytes bytes, for proxies that hash a header (e.g. x-prefix-hash)")
-	fs.IntVar(&o.prefixHeaderBytes, "prefix-header-bytes", 4096, "prompt bytes --prefix-header hashes (the default is the sidecar's affinity depth: 16 blocks of 256 bytes)")
+	fs.IntVar(&o.prefixHeaderBytes, "prefix-header-bytes", 4096, "prompt bytes --prefix-header hashes (the default is the first rung of the sidecar's key ladder: 16 blocks of 256 bytes)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "most requests in flight; a request due when the cap is reached waits (see client_late)")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "bound on each request, from sending to the end of the response")
 

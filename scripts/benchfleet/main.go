@@ -10,8 +10,8 @@
 //   - least-request: each region's Envoy balances with Envoy's own LEAST_REQUEST (default
 //     choice_count 2), no sidecar;
 //   - ring-hash: each region's Envoy uses Envoy's RING_HASH (default ring sizes) on a
-//     header the client sets to a hash of the prompt's first 4 KiB (the sidecar's
-//     affinity depth), no sidecar.
+//     header the client sets to a hash of the prompt's first 4 KiB (the first rung of
+//     the sidecar's key ladder), no sidecar.
 //
 // Time is scaled: with --speed k the engines run k times faster (mockvllm
 // --latency-multiplier 1/k), arrivals come k times faster, the injected round trip is
