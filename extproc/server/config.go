@@ -294,12 +294,12 @@ const (
 	maxOverflowEngines  = 64
 )
 
-// The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
-// heard after 10 s is past most conversations' next turn.
-// maxMaxBlocks bounds request.max_blocks: the key ladder needs no more than a 1 GiB prompt
-// at the smallest block, and a mistyped value must not become a limit nothing reaches.
+// maxMaxBlocks bounds request.max_blocks (a 1 GiB prompt at the default 256-byte block): no
+// key ladder needs more, and a mistyped value must not become a limit nothing reaches.
 const maxMaxBlocks = 1 << 22
 
+// The placement exchange's bounds: faster than 10 ms only costs CPU, and a placement
+// heard after 10 s is past most conversations' next turn.
 const (
 	minPlacementInterval = 10 * time.Millisecond
 	maxPlacementInterval = 10 * time.Second
