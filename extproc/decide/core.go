@@ -517,7 +517,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	if grant.Max == 0 {
 		d.Retries, d.RetryOn = 1, RetryOnUnsent
 	}
-	c.homes.Remember(req.Key, m.table, primary, prompt)
+	c.homes.Remember(req.Key, m.table, primary)
 	c.routedN.Add(1)
 	c.routedWork.Add(work)
 	id := c.tickets.next()
@@ -880,8 +880,8 @@ func (c *Core) requestWork() float64 {
 type Placement struct {
 	Key     uint64
 	Address string
-	// KVStamp is the engine's KV-cache writes once the placed prompt was in its cache
-	// (picker.Homes' stamp), by the placing sidecar's scrape; 0 when it had none.
+	// KVStamp is the engine's KV-cache writes when the key was placed there (picker.Homes'
+	// stamp), by the placing sidecar's scrape; 0 when it had none.
 	KVStamp int64
 }
 

@@ -264,20 +264,20 @@ func TestAHomeExpiresWhenItsEngineCacheTurnsOver(t *testing.T) {
 	}
 	homed.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addrOf(first), Status: 200, Attempts: 1})
 	ps := homed.AppendPlacements(nil)
-	if len(ps) != 1 || ps[0].KVStamp != 1_000_000+placementPrompt+1 {
-		t.Fatalf("placements %+v, want the key stamped at 1,000,000 writes plus its prompt (+1)", ps)
+	if len(ps) != 1 || ps[0].KVStamp != 1_000_000+1 {
+		t.Fatalf("placements %+v, want the key stamped at the 1,000,000 writes when it was placed (+1)", ps)
 	}
 	peer.AdoptPlacements(ps)
 	// Two other routers' requests there (as in TestAHomelessKeyMovesFreelyAHomedKeyStays)
-	// and exactly a cache's worth of writes after the prompt: the home holds.
+	// and exactly a cache's worth of writes since the placement: the home holds.
 	for _, c := range []*Core{homed, peer} {
-		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, 1_000_000+placementPrompt+capacity, capacity))
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, 1_000_000+capacity, capacity))
 	}
 	if got := route(t, peer, key).Engine; got != first {
 		t.Errorf("the peer moved the key off its warm home %s to %s", first, got)
 	}
 	for _, c := range []*Core{homed, peer} {
-		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, 1_000_000+placementPrompt+capacity+1, capacity))
+		c.ObserveEngineLoad(addrOf(first), cacheWrites(2, 1_000_000+capacity+1, capacity))
 	}
 	if got := route(t, homed, key); got.Engine == first || !got.Spilled {
 		t.Errorf("the key stayed on %s (spilled %v) after its cache turned over", got.Engine, got.Spilled)

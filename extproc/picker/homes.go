@@ -18,8 +18,8 @@ const maxID = 1<<16 - 1
 //
 // A home expires when its engine's cache has turned over since the placement: each slot
 // also keeps a stamp, the tokens the engine had written into its KV cache (Loads.
-// SetKVWritten, from its vLLM counters) once the placed prompt was in it, and Lookup
-// reports no home once the engine has written more than its cache holds since. A cache
+// SetKVWritten, from its vLLM counters) when the key was placed there, and Lookup reports
+// no home once the engine has written more than its cache holds since. A cache
 // evicts the least recently used prefix first, so by then the key's context is gone, and
 // holding the key to that engine would cost its move price for nothing: the key is placed
 // as a new one, by load. An engine whose writes or capacity are unknown keeps its
@@ -75,9 +75,8 @@ func (h *Homes) slot(key uint64) uint64 { return mix(key>>homeIDBits) & h.mask }
 // of a key's age lags by at most that share.
 const restampShare = 8
 
-// Remember records that key, whose prompt has tokens tokens, was sent to endpoint i of t,
-// and journals it when the key's home changed or its stamp moved on (restampShare).
-func (h *Homes) Remember(key uint64, t *Table, i int, tokens int64) {
+// Remember records that key was sent to endpoint i of t, and journals it when the key's home changed or its stamp moved on (restampShare).
+func (h *Homes) Remember(key uint64, t *Table, i int) {
 	if h == nil {
 		return
 	}
@@ -85,7 +84,7 @@ func (h *Homes) Remember(key uint64, t *Table, i int, tokens int64) {
 	if c.id == 0 {
 		return
 	}
-	s, w, stamp := h.slot(key), KeyBits(key)|uint64(c.id), c.stamp(tokens)
+	s, w, stamp := h.slot(key), KeyBits(key)|uint64(c.id), c.stamp()
 	was := h.stamps[s].Swap(stamp)
 	if h.slots[s].Swap(w) != w || stamp > 0 && (was == 0 || stamp-was > c.kc.Load()/restampShare) {
 		h.journal[(h.next.Add(1)-1)&h.jmask].Store(w)

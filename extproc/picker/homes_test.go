@@ -13,7 +13,7 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Fatalf("an unseen key has home %d, want -1", got)
 	}
-	h.Remember(key, tb, 2, 0)
+	h.Remember(key, tb, 2)
 	if got := h.Lookup(key, tb); got != 2 {
 		t.Fatalf("home %d, want 2", got)
 	}
@@ -28,12 +28,12 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	if got := h.Lookup(other, tb); got != -1 {
 		t.Errorf("a key sharing the slot reads home %d, want -1", got)
 	}
-	h.Remember(other, tb, 1, 0)
+	h.Remember(other, tb, 1)
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Errorf("after a collision the evicted key reads home %d, want -1", got)
 	}
 	// An endpoint that left the table is no home, even with the same Loads.
-	h.Remember(key, tb, 3, 0)
+	h.Remember(key, tb, 3)
 	gone := tb.Endpoint(3).Address
 	var rest []Endpoint
 	for _, ep := range fleet(4, equal) {
@@ -53,8 +53,8 @@ func TestHomesRememberTheLastEndpoint(t *testing.T) {
 	if got := nilHomes.Lookup(key, tb); got != -1 {
 		t.Errorf("a nil Homes has home %d", got)
 	}
-	nilHomes.Remember(key, tb, 0, 0) // must not panic
-	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1, 0); _ = h.Lookup(key, tb) }); n != 0 {
+	nilHomes.Remember(key, tb, 0) // must not panic
+	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1); _ = h.Lookup(key, tb) }); n != 0 {
 		t.Errorf("Remember and Lookup allocate %v times", n)
 	}
 }
@@ -75,10 +75,10 @@ func TestHomesJournalWhatChangedForPeers(t *testing.T) {
 		return out, next
 	}
 	const a, b = 0x1111_2222_3333_4444, 0x5555_6666_7777_8888
-	h.Remember(a, tb, 1, 0)
-	h.Remember(a, tb, 1, 0) // unchanged: not journaled again
-	h.Remember(b, tb, 2, 0)
-	h.Remember(a, tb, 3, 0) // moved: journaled
+	h.Remember(a, tb, 1)
+	h.Remember(a, tb, 1) // unchanged: not journaled again
+	h.Remember(b, tb, 2)
+	h.Remember(a, tb, 3) // moved: journaled
 	got, cursor := drain(0)
 	want := []placed{{KeyBits(a), tb.ctr[1].id}, {KeyBits(b), tb.ctr[2].id}, {KeyBits(a), tb.ctr[3].id}}
 	if !slices.Equal(got, want) {
@@ -101,13 +101,13 @@ func TestHomesJournalWhatChangedForPeers(t *testing.T) {
 	}
 	// A drain that fell behind by more than the journal holds gets the newest only.
 	for i := range uint64(journalSize + 10) {
-		h.Remember(i<<20, tb, int(i%2), 0)
+		h.Remember(i<<20, tb, int(i%2))
 	}
 	got, _ = drain(cursor)
 	if len(got) != journalSize || got[len(got)-1].key != KeyBits(uint64(journalSize+9)<<20) {
 		t.Errorf("after an overflow: %d drained, last %x; want the newest %d", len(got), got[len(got)-1].key, journalSize)
 	}
-	if n := testing.AllocsPerRun(100, func() { h.Remember(a, tb, 1, 0); h.Remember(a, tb, 2, 0) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { h.Remember(a, tb, 1); h.Remember(a, tb, 2) }); n != 0 {
 		t.Errorf("Remember with journaling allocates %v times", n)
 	}
 }
@@ -155,40 +155,46 @@ func TestHomesExpireWhenTheCacheTurnsOver(t *testing.T) {
 	tb := mustTable(t, testConfig(), fleet(4, equal), loads)
 	h := NewHomes(1 << 10)
 	addr := tb.Endpoint(1).Address
-	const key, peerKey, capacity, prompt = 0x1234567800000000, 0x8765432100000000, 100_000, 10_000
+	const key, peerKey, capacity = 0x1234567800000000, 0x8765432100000000, 100_000
 	loads.SetKVWritten(addr, 5_000_000, capacity)
-	h.Remember(key, tb, 1, prompt)
-	id, stamp := loads.Stamp(addr)
+	h.Remember(key, tb, 1)
+	loads.SetKVWritten(addr, 5_000_000+capacity/2, capacity)
+	id, stamp := loads.Stamp(addr) // a peer placed its key half a cache later
 	h.Adopt(peerKey, id, stamp)
-	// The placed prompt itself (10,000 tokens) and 90,000 more: the cache still holds it.
-	loads.SetKVWritten(addr, 5_000_000+prompt+capacity, capacity)
+	// A cache's worth of writes since the placement, the placed prompt's own among them
+	// (the stamp does not add them: most of a returning prompt is a cache hit): it holds.
+	loads.SetKVWritten(addr, 5_000_000+capacity, capacity)
 	if got := h.Lookup(key, tb); got != 1 {
-		t.Errorf("after exactly a cache's worth of other writes: home %d, want 1", got)
+		t.Errorf("after exactly a cache's worth of writes: home %d, want 1", got)
 	}
-	if got := h.Lookup(peerKey, tb); got != -1 {
-		t.Errorf("a peer's placement stamped before %d writes: home %d, want -1", prompt+capacity, got)
-	}
-	loads.SetKVWritten(addr, 5_000_000+prompt+capacity+1, capacity)
+	loads.SetKVWritten(addr, 5_000_000+capacity+1, capacity)
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Errorf("the cache turned over: home %d, want -1 (no home)", got)
 	}
+	if got := h.Lookup(peerKey, tb); got != 1 {
+		t.Errorf("a peer's placement stamped half a cache later: home %d, want 1", got)
+	}
+	loads.SetKVWritten(addr, 5_000_000+capacity/2+capacity+1, capacity)
+	if got := h.Lookup(peerKey, tb); got != -1 {
+		t.Errorf("the peer's placement after its cache turned over: home %d, want -1", got)
+	}
 	if n := h.Expired(); n != 2 {
-		t.Errorf("Expired = %d, want 2 (the peer's placement, then this one)", n)
+		t.Errorf("Expired = %d, want 2 (this placement, then the peer's)", n)
 	}
 	// A restart: the counters start again from 0.
-	h.Remember(key, tb, 1, prompt)
+	h.Remember(key, tb, 1)
 	loads.SetKVWritten(addr, 7, capacity)
 	if got := h.Lookup(key, tb); got != -1 {
 		t.Errorf("the engine restarted: home %d, want -1", got)
 	}
 	// Unknown capacity: stamps are not taken, and a placement keeps its home.
 	loads.SetKVWritten(addr, 0, 0)
-	h.Remember(key, tb, 1, prompt)
+	h.Remember(key, tb, 1)
 	loads.SetKVWritten(addr, 1e12, capacity)
 	if got := h.Lookup(key, tb); got != 1 {
 		t.Errorf("placed while the capacity was unknown: home %d, want 1", got)
 	}
-	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1, prompt); _ = h.Lookup(key, tb) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { h.Remember(key, tb, 1); _ = h.Lookup(key, tb) }); n != 0 {
 		t.Errorf("Remember and Lookup with stamps allocate %v times", n)
 	}
 }

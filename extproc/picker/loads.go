@@ -24,14 +24,17 @@ type counter struct {
 	_  [4]byte
 }
 
-// stamp is what Homes stores with a placement on this endpoint of a prompt of tokens: the
-// cache's writes once the prompt is in it, plus 1 so that a stamp is never 0; 0 when the
-// cache's capacity is unknown (such a placement never expires).
-func (c *counter) stamp(tokens int64) int64 {
+// stamp is what Homes stores with a placement on this endpoint: the cache's writes when
+// the key is placed, plus 1 so that a stamp is never 0; 0 when the cache's capacity is
+// unknown (such a placement never expires). The placed prompt's own writes are not added:
+// a returning conversation's prompt is mostly in the cache already, and counting all of it
+// as written would keep its home for up to a prompt's worth of writes after the cache has
+// turned over (on an A100 holding two 75,000-token agentic sessions, most of the cache).
+func (c *counter) stamp() int64 {
 	if c.kc.Load() <= 0 {
 		return 0
 	}
-	return c.kw.Load() + max(tokens, 0) + 1
+	return c.kw.Load() + 1
 }
 
 // turnedOver reports whether the engine's cache has written more than its capacity since
@@ -257,7 +260,7 @@ func (l *Loads) Stamp(addr string) (id uint32, stamp int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c := l.byAddr[addr]; c != nil {
-		return c.id, c.stamp(0)
+		return c.id, c.stamp()
 	}
 	return 0, 0
 }

@@ -285,9 +285,9 @@ type Placement struct {
 	Key uint64 `protobuf:"fixed64,1,opt,name=key,proto3" json:"key,omitempty"`
 	// address is the engine's EDS endpoint address (ip:port).
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	// kv_stamp is the tokens the engine had written into its KV cache once the placed
-	// prompt was in it (its vLLM prefix-cache and generation counters, as the placing
-	// sidecar scraped them), plus 1; 0 when unknown. A peer expires the placement once the
+	// kv_stamp is the tokens the engine had written into its KV cache when the key was
+	// placed there (its vLLM prefix-cache and generation counters, as the placing sidecar
+	// scraped them), plus 1; 0 when unknown. A peer expires the placement once the
 	// engine has written more than its cache holds since.
 	KvStamp       int64 `protobuf:"varint,3,opt,name=kv_stamp,json=kvStamp,proto3" json:"kv_stamp,omitempty"`
 	unknownFields protoimpl.UnknownFields
