@@ -216,10 +216,10 @@ func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (fixed, 
 	at := func(tokens int) uint64 {
 		return mix(blocks[min(len(blocks), max(1, tokens/trace.BlockTokens))-1], c.Seed)
 	}
-	whole := mix(blocks[len(blocks)-1], c.Seed)
 	depth, up := request.KeyDepth(tokens, lad.first, lad.last)
 	if depth == 0 {
-		return whole, whole, 0 // shorter than the first rung: all of it
+		whole := mix(blocks[len(blocks)-1], c.Seed) // shorter than the first rung: all of it
+		return whole, whole, 0
 	}
 	fixed, key = at(lad.first), at(depth)
 	if up > 0 && at(up) != key {

@@ -75,7 +75,8 @@ func (h *Homes) slot(key uint64) uint64 { return mix(key>>homeIDBits) & h.mask }
 // of a key's age lags by at most that share.
 const restampShare = 8
 
-// Remember records that key was sent to endpoint i of t, and journals it when the key's home changed or its stamp moved on (restampShare).
+// Remember records that key was sent to endpoint i of t, and journals it when the key's
+// home changed or its stamp moved on (restampShare).
 func (h *Homes) Remember(key uint64, t *Table, i int) {
 	if h == nil {
 		return

@@ -51,7 +51,7 @@ func BenchmarkParseLongPrompt(b *testing.B) {
 		b.Fatal(err)
 	}
 	opt := DefaultOptions()
-	opt.KeyOnly = true // as the sidecar parses (server.File.Build)
+	opt.KeyOnly = true // as the sidecar parses (server.New)
 	b.SetBytes(int64(len(body)))
 	var r Request
 	for b.Loop() {

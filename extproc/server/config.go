@@ -25,7 +25,7 @@ import (
 // one.
 type Config struct {
 	// Request bounds the parse and sets the routing key's ladder (request.KeyDepth):
-	// KeyBlocks is its first rung, MaxBlocks its last. The server sets KeyOnly.
+	// KeyBlocks is its first rung, MaxBlocks its last. New sets KeyOnly.
 	Request request.Options
 	Picker  picker.Config
 	// DecodeWork is the prompt-token equivalents bounded loads charge for a request's
@@ -480,7 +480,6 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	}
 	req := request.DefaultOptions()
 	req.BlockBytes, req.MaxBlocks, req.KeyBlocks = f.Request.BlockBytes, f.Request.MaxBlocks, f.Request.AffinityBlocks
-	req.KeyOnly = true
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)

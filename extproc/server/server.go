@@ -54,6 +54,9 @@ func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Routing reads the request's keys, never its per-block hashes: a long prompt then
+	// costs no slice, whatever Config the caller built.
+	cfg.Request.KeyOnly = true
 	s := &Server{cfg: cfg, clock: clock, decisions: newDecisionLog(cfg.Decisions)}
 	dc := cfg.Core()
 	dc.OnEngineOutcome = func(engine string, ok bool) {
