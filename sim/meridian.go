@@ -185,10 +185,12 @@ func newMeridian(f fleetShape, cfg *Config, w *Workload, t tuning) (*meridian, e
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
 	replicas := max(cfg.replicas(), 1)
+	coreCfg := m.cfg.Core()
+	coreCfg.Rankings = &picker.Rankings{} // every replica of a node gets the same views: rank them once
 	for _, c := range m.fleet.Clusters {
 		var pool []*sidecar
 		for i := range replicas {
-			core, err := decide.New(m.cfg.Core(), m.clock)
+			core, err := decide.New(coreCfg, m.clock)
 			if err != nil {
 				return nil, err
 			}

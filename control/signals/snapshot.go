@@ -148,7 +148,13 @@ func (a *Aggregator) Snapshot(specs []EngineSpec) Snapshot {
 		// Fit the class, then again without the members its fit shows to be much slower,
 		// so one bad host neither hides in nor skews its class's curve.
 		fit := func(skip map[int]bool) (solver.Curve, float64, bool) {
-			pooled := &fitter{}
+			n := 0
+			for _, i := range members {
+				if !skip[i] {
+					n += len(states[i].fit.pts)
+				}
+			}
+			pooled := &fitter{pts: make([]point, 0, n)}
 			for _, i := range members {
 				if !skip[i] {
 					pooled.pts = append(pooled.pts, states[i].fit.pts...)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +60,11 @@ type Config struct {
 	// only slows the engine's steps. 0: prompts in prefill weigh what they hold. See
 	// DefaultPrefillWeight.
 	PrefillWeight float64
+	// Rankings, when set, is shared by cores that are given the same views in one process
+	// (the simulator's replicas of a node's sidecar), so that each set of endpoints is
+	// ranked once; the tables are the same either way (picker.Rankings). nil: each core
+	// ranks its own.
+	Rankings *picker.Rankings
 	// Log receives the core's warnings; required.
 	Log *slog.Logger
 	// OnEngineOutcome, when set, is told every engine outcome the core learns (for metrics).
@@ -151,7 +154,7 @@ type Core struct {
 	// prefill, under prefillMu, is what inPrefill keeps of each engine between scrapes.
 	// ObserveEngineLoad writes it, off the request path.
 	prefillMu sync.Mutex
-	prefill   map[string]prefillState
+	prefill   map[string]*prefillState
 	// peers, under peersMu, is what each of the node's other sidecars last sent of its
 	// requests in flight (SetPeerInFlight), and peerSum their sum per engine address; the
 	// picker's counters hold the work (picker.Loads.SetPeers). Off the request path.
@@ -309,7 +312,7 @@ const (
 // rebuildLocked builds and swaps in a snapshot; the caller holds rebuildMu, and read the
 // view or the penalties it passes under it, so a rebuild for one never undoes the other.
 func (c *Core) rebuildLocked(v *xdsapi.View, pen *guard.Penalties, cause int) error {
-	r, built, err := newRouting(v, pen, c.cfg.Picker, c.cfg.OverflowEngines, c.loads, c.state, c.routing.Load())
+	r, built, err := newRouting(v, pen, c.cfg.Picker, c.cfg.OverflowEngines, c.cfg.Rankings, c.loads, c.state, c.routing.Load())
 	c.tablesBuilt[cause].Add(int64(built))
 	if err != nil {
 		return err
@@ -728,27 +731,31 @@ func (c *Core) InFlight() map[string]int64 {
 // key's placement (picker.Homes), and the key is then placed as a new one. Call it from
 // the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
+	o := picker.Observation{Waiting: int64(l.Waiting)}
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
-		c.loads.SetKVWritten(addr, int64(written), int64(l.KVTokens))
+		o.KVWritten, o.KVCapacity = int64(written), int64(l.KVTokens)
 		if c.clock.Now().Sub(c.started) < homeWarmup { // only the warm-up reads them
 			c.firstLook(addr, written > float64(c.routedWork.Load()))
 		}
+	}
+	held, kv := l.KVHeld()
+	var rest, mean float64
+	var peerRequests int64
+	if kv {
+		rest = held + c.cfg.PrefillWeight*c.inPrefill(addr, l) + l.Waiting*c.requestWork()
 	} else {
-		c.loads.SetKVWritten(addr, 0, 0)
+		peerRequests, mean = c.peerInFlightAt(addr).Requests, c.requestWork()
 	}
-	c.loads.SetWaiting(addr, int64(l.Waiting))
-	var others float64
-	peers := c.peerInFlightAt(addr)
-	if held, ok := l.KVHeld(); ok {
-		others = held + c.cfg.PrefillWeight*c.inPrefill(addr, l) + l.Waiting*c.requestWork() - float64(c.loads.Work(addr)+peers.Work)
-	} else {
-		others = (l.Requests() - float64(c.loads.InFlight(addr)+peers.Requests)) * c.requestWork()
-	}
-	if !(others > 0) || math.IsInf(others, 0) {
-		c.loads.SetObserved(addr, 0)
-		return
-	}
-	c.loads.SetObserved(addr, int64(math.Round(others)))
+	c.loads.Observe(addr, o, func(requests, work, peerWork int64) int64 {
+		others := rest - float64(work+peerWork) // peerWork is the peers' work SetPeerInFlight summed
+		if !kv {
+			others = (l.Requests() - float64(requests+peerRequests)) * mean
+		}
+		if !(others > 0) || math.IsInf(others, 0) {
+			return 0
+		}
+		return int64(math.Round(others))
+	})
 }
 
 // inPrefill is the prompt tokens the engine at addr still has to prefill: the prompts it
@@ -767,9 +774,13 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 	c.prefillMu.Lock()
 	defer c.prefillMu.Unlock()
 	if c.prefill == nil {
-		c.prefill = map[string]prefillState{}
+		c.prefill = map[string]*prefillState{}
 	}
 	st, seen := c.prefill[addr]
+	if !seen {
+		st = new(prefillState)
+		c.prefill[addr] = st
+	}
 	if q := l.PrefixQueries - st.queries; seen && q > 0 {
 		if h := (l.PrefixHits - st.hits) / q; h >= 0 && h <= 1 {
 			if st.rated {
@@ -782,7 +793,6 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 	if l.Running == 0 && l.Waiting == 0 {
 		st.base = d
 	}
-	c.prefill[addr] = st
 	return max(d-st.base, 0) * (1 - st.hitRate)
 }
 
@@ -837,12 +847,7 @@ func (c *Core) LoadTargets(dst []LoadTarget) []LoadTarget {
 	if r == nil {
 		return dst
 	}
-	start := len(dst)
-	for addr, u := range r.metrics {
-		dst = append(dst, LoadTarget{Address: addr, MetricsURL: u})
-	}
-	slices.SortFunc(dst[start:], func(a, b LoadTarget) int { return strings.Compare(a.Address, b.Address) })
-	return dst
+	return append(dst, r.targets...)
 }
 
 // meanWorkRequests is how many recent requests requestWork's mean remembers: each new

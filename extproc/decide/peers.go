@@ -3,7 +3,6 @@ package decide
 import (
 	"maps"
 	"slices"
-	"strings"
 )
 
 // EngineInFlight is one engine's requests and their work in flight from one sidecar: what
@@ -28,11 +27,9 @@ type peerInFlight struct {
 // the engines that hold a share (not overflow engines): the snapshot a peer's
 // SetPeerInFlight takes. Call it from the peer exchange, not per request.
 func (c *Core) AppendInFlight(dst []EngineInFlight) ([]EngineInFlight, int64) {
-	start := len(dst)
-	c.loads.Each(func(addr string, requests, work int64) {
+	c.loads.Each(func(addr string, requests, work int64) { // in address order
 		dst = append(dst, EngineInFlight{Address: addr, Requests: requests, Work: work})
 	})
-	slices.SortFunc(dst[start:], func(a, b EngineInFlight) int { return strings.Compare(a.Address, b.Address) })
 	return dst, c.loads.RankedWork()
 }
 

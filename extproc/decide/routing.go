@@ -20,7 +20,7 @@ type routing struct {
 	models    map[string]*modelRoute
 	engines   map[string]string        // address -> engine name
 	rtt       map[string]time.Duration // address -> network round trip from this node
-	metrics   map[string]string        // address -> metrics URL, for engines with a share that publish one
+	targets   []LoadTarget             // engines with a share (or overflow) that publish a metrics URL, by address (Core.LoadTargets)
 }
 
 type modelRoute struct {
@@ -41,14 +41,15 @@ type failover struct{ address, engine string }
 // long-lived state. A model whose table prev already holds for the same endpoints and
 // weights keeps that table (NewTable is a function of its inputs, so a new one would rank
 // every key the same): a penalty on one engine rebuilds only the tables of the models it
-// serves. built is how many tables were built.
+// serves. built is how many tables were built; memo (nil: none) shares rankings between
+// cores.
 //
 // The overflow nearest failover engines (by round trip, then address), unless the outlier
 // guard penalizes them, join the table as its overflow endpoints (picker.Endpoint.Overflow),
 // and are scraped like the engines with a share.
-func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, overflow int, loads *picker.Loads, state func(model string) *modelState, prev *routing) (r *routing, built int, err error) {
-	r = &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{},
-		metrics: map[string]string{}}
+func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, overflow int, memo *picker.Rankings, loads *picker.Loads, state func(model string) *modelState, prev *routing) (r *routing, built int, err error) {
+	r = &routing{view: v, models: make(map[string]*modelRoute, len(v.Models)), engines: map[string]string{}, rtt: map[string]time.Duration{}}
+	metrics := map[string]string{} // address -> metrics URL
 	if pen != nil {
 		r.penalties = pen.Version
 	}
@@ -70,7 +71,7 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, overflo
 				continue
 			}
 			if e.MetricsURL != "" {
-				r.metrics[e.Address] = e.MetricsURL
+				metrics[e.Address] = e.MetricsURL
 			}
 			eps = append(eps, picker.Endpoint{
 				Address:     e.Address,
@@ -91,20 +92,24 @@ func newRouting(v *xdsapi.View, pen *guard.Penalties, cfg picker.Config, overflo
 			for _, e := range spare[:min(overflow, len(spare))] {
 				eps = append(eps, picker.Endpoint{Address: e.Address, Engine: e.Engine, MaxInFlight: int64(e.MaxInFlight), Overflow: true})
 				if e.MetricsURL != "" {
-					r.metrics[e.Address] = e.MetricsURL
+					metrics[e.Address] = e.MetricsURL
 				}
 			}
 		}
 		var t *picker.Table
 		if old := prev.model(name); old != nil && sameEndpoints(old.table, eps) {
 			t = old.table
-		} else if t, err = picker.NewTable(cfg, eps, loads); err != nil {
+		} else if t, err = memo.NewTable(cfg, eps, loads); err != nil {
 			return nil, built, fmt.Errorf("model %s: %w", name, err)
 		} else {
 			built++
 		}
 		r.models[name] = &modelRoute{name: name, cluster: m.Cluster, table: t, failover: fo, state: state(name)}
 	}
+	for addr, u := range metrics {
+		r.targets = append(r.targets, LoadTarget{Address: addr, MetricsURL: u})
+	}
+	slices.SortFunc(r.targets, func(a, b LoadTarget) int { return strings.Compare(a.Address, b.Address) })
 	return r, built, nil
 }
 

@@ -1,6 +1,8 @@
 package picker
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -73,11 +75,18 @@ type Loads struct {
 
 	mu     sync.Mutex
 	byAddr map[string]*counter
+	sorted []addrCounter // byAddr's entries sorted by address, for Each and SetPeers
 	// peers is the work SetPeers was last given per address, for counters made after it
 	// (an endpoint that joins a table between two peer snapshots starts with its share).
 	peers  map[string]int64
 	addrs  map[uint32]string // id -> address, for the counters in byAddr
 	lastID uint32
+}
+
+// addrCounter is one entry of Loads.sorted.
+type addrCounter struct {
+	addr string
+	c    *counter
 }
 
 // NewLoads returns an empty tracker.
@@ -136,6 +145,42 @@ func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 	}
 }
 
+// Observation is what one scrape of an engine tells Loads: what SetKVWritten and
+// SetWaiting take.
+type Observation struct {
+	KVWritten, KVCapacity int64
+	Waiting               int64
+}
+
+// Observe records o for addr, as SetKVWritten and SetWaiting do, and then the work
+// others hold on addr, as SetObserved does, computed by others from this process's
+// requests and work in flight on addr and its peers' work there (SetPeers): one
+// observation under one lookup of addr, for the scraper's calls at every scrape. others
+// runs with the Loads' mutex held and must not call Loads.
+func (l *Loads) Observe(addr string, o Observation, others func(requests, work, peerWork int64) int64) {
+	if o.KVCapacity <= 0 || o.KVWritten < 0 {
+		o.KVWritten, o.KVCapacity = 0, 0
+	}
+	o.Waiting = max(o.Waiting, 0)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.byAddr[addr]
+	var x int64
+	if c == nil {
+		x = max(others(0, 0, max(l.peers[addr], 0)), 0)
+		if o.KVCapacity == 0 && o.Waiting == 0 && x == 0 {
+			return // what a counter made now would hold
+		}
+		c = l.newCounter(addr)
+	} else {
+		x = max(others(c.n.Load(), c.w.Load(), c.p.Load()), 0)
+	}
+	c.kw.Store(o.KVWritten)
+	c.kc.Store(o.KVCapacity)
+	c.q.Store(o.Waiting)
+	c.x.Store(x)
+}
+
 // SetWaiting records the requests the engine at addr was last observed to hold waiting
 // (vllm:num_requests_waiting): requests it has not scheduled into its running batch.
 func (l *Loads) SetWaiting(addr string, n int64) {
@@ -158,8 +203,8 @@ func (l *Loads) SetWaiting(addr string, n int64) {
 func (l *Loads) SetPeers(work map[string]int64, ranked int64) {
 	l.mu.Lock()
 	l.peers = work
-	for addr, c := range l.byAddr {
-		c.p.Store(max(work[addr], 0))
+	for _, e := range l.sorted {
+		e.c.p.Store(max(work[e.addr], 0))
 	}
 	l.mu.Unlock()
 	l.total.p.Store(max(ranked, 0))
@@ -173,13 +218,14 @@ func (l *Loads) Peers(addr string) int64 { return l.lookup(addr).p.Load() }
 func (l *Loads) RankedWork() int64 { return l.total.w.Load() }
 
 // Each calls fn with every address that has this process's own work in flight, its
-// requests and their work. It takes the Loads' mutex: call it from the peer exchange.
+// requests and their work, in address order. It takes the Loads' mutex: call it from the
+// peer exchange.
 func (l *Loads) Each(fn func(addr string, requests, work int64)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for addr, c := range l.byAddr {
-		if n, w := c.n.Load(), c.w.Load(); n > 0 || w > 0 {
-			fn(addr, n, w)
+	for _, e := range l.sorted {
+		if n, w := e.c.n.Load(), e.c.w.Load(); n > 0 || w > 0 {
+			fn(e.addr, n, w)
 		}
 	}
 }
@@ -227,6 +273,9 @@ func (l *Loads) Prune(keep *Table) int {
 		delete(l.addrs, c.id)
 		n++
 	}
+	if n > 0 {
+		l.sorted = slices.DeleteFunc(l.sorted, func(e addrCounter) bool { return l.byAddr[e.addr] != e.c })
+	}
 	return n
 }
 
@@ -240,6 +289,8 @@ func (l *Loads) newCounter(addr string) *counter {
 		l.addrs[c.id] = addr
 	}
 	l.byAddr[addr] = c
+	i, _ := slices.BinarySearchFunc(l.sorted, addr, func(e addrCounter, a string) int { return strings.Compare(e.addr, a) })
+	l.sorted = slices.Insert(l.sorted, i, addrCounter{addr, c})
 	return c
 }
 

@@ -63,6 +63,11 @@ type Result struct {
 // Building costs about Buckets × Candidates random draws (tens of milliseconds at the
 // default size): build off the hot path and swap.
 func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
+	return newTable(cfg, endpoints, loads, nil)
+}
+
+// newTable is NewTable, with the ranking from memo (nil: computed here).
+func newTable(cfg Config, endpoints []Endpoint, loads *Loads, memo *Rankings) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -130,7 +135,7 @@ func NewTable(cfg Config, endpoints []Endpoint, loads *Loads) (*Table, error) {
 		}
 	}
 	if n > 0 {
-		t.slots = rank(eps[:n], cfg.Buckets, t.k)
+		t.slots = memo.slots(eps[:n], cfg.Buckets, t.k)
 	}
 	return t, nil
 }
