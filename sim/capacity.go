@@ -243,8 +243,8 @@ func RunCapacity(ctx context.Context, c CapacityConfig, progress func(CapacityPr
 }
 
 // search is one policy's bounded search under one deployment: double or halve the load
-// from StartLoad until a passing and a failing rate bracket the capacity, then bisect
-// (geometrically) until they are within Precision, or MaxRuns runs are spent.
+// from StartLoad until a passing and a failing rate bracket the capacity, then narrow the
+// bracket (inside) until its ends are within Precision, or MaxRuns runs are spent.
 type search struct {
 	c      *CapacityConfig
 	policy string
@@ -276,6 +276,8 @@ func (s *search) run(ctx context.Context) (Capacity, error) {
 // bracket the capacity.
 func (s *search) bisect(ctx context.Context, out *Capacity) (*Result, bool, error) {
 	lo, hi := 0.0, math.Inf(1)
+	var atLo, atHi float64 // their attainments
+	hiKnown := false       // hi's run went to the end: atHi is its attainment, not a bound
 	var best *Result
 	load := s.c.StartLoad
 	for range s.c.MaxRuns {
@@ -287,17 +289,17 @@ func (s *search) bisect(ctx context.Context, out *Capacity) (*Result, bool, erro
 		out.Points = append(out.Points, pt)
 		out.KVHitUpperBound = res.KVHitUpperBound
 		if pt.Pass {
-			lo, best = load, &res
+			lo, atLo, best = load, pt.SLOAttainment, &res
 			out.CapacityRPS, out.CapacityLoad = pt.OfferedRPS, load
 		} else {
-			hi = load
+			hi, atHi, hiKnown = load, pt.SLOAttainment, !pt.Stopped
 		}
 		switch {
 		case lo > 0 && !math.IsInf(hi, 1):
 			if hi/lo <= 1+s.c.Precision {
 				return best, true, nil
 			}
-			load = math.Sqrt(lo * hi)
+			load = s.inside(lo, hi, atLo, atHi, hiKnown)
 		case lo > 0:
 			if load*2 > maxSearchLoad {
 				return best, false, nil
@@ -311,6 +313,23 @@ func (s *search) bisect(ctx context.Context, out *Capacity) (*Result, bool, erro
 		}
 	}
 	return best, lo > 0 && !math.IsInf(hi, 1), nil
+}
+
+// inside is the next load to try between lo, which passed with attainment atLo, and hi,
+// which failed with atHi (a bound only, unless hiKnown): where the straight line through
+// the two (attainment against log load) crosses the target, since attainment falls
+// about linearly near the capacity; kept a Precision step inside either end, so that
+// the run closes the bracket or narrows it by that much; the geometric midpoint when
+// hi's attainment is not known, or when the ends are within two steps (either outcome of
+// the midpoint then closes the bracket).
+func (s *search) inside(lo, hi, atLo, atHi float64, hiKnown bool) float64 {
+	step := 1 + s.c.Precision
+	if !hiKnown || !(atLo > atHi) || hi/lo <= step*step {
+		return math.Sqrt(lo * hi)
+	}
+	f := (atLo - s.c.Target) / (atLo - atHi)
+	load := lo * math.Pow(hi/lo, f)
+	return min(max(load, lo*step), hi/step)
 }
 
 func (s *search) replicas() int {

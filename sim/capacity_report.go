@@ -67,7 +67,7 @@ func WriteCapacity(dir string, caps []Capacity, cc *CapacityConfig, w *Workload,
 		describeFleet(w, &cc.Base), len(w.Requests), cc.Deployments, cc.Replicas)
 	fmt.Fprintf(&b, "Capacity is the highest offered rate at which at least %.0f%% of requests meet the SLO: TTFT at the client <= %v + %v x prompt tokens, and mean inter-token latency <= %v (shed and failed requests miss). ",
 		100*cc.Target, slo.TTFTBase, slo.TTFTPerToken, slo.MaxITL)
-	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then bisecting to %.0f%%, at most %d runs; a run stops once its attainment is certain to be below %.2f. ",
+	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then trying where the line through their attainments crosses the target (the midpoint when the failing run stopped early) until they are within %.0f%%, at most %d runs; a run stops once its attainment is certain to be below %.2f. ",
 		cc.StartLoad, 100*cc.Precision, cc.MaxRuns, cc.StopBelow)
 	fmt.Fprintf(&b, "The other columns are measured at the capacity (steady: after the run's first minute, or half the run if shorter; missed: completed requests that missed the TTFT bound, or met it and missed the inter-token bound). \">=\" marks a search that found no failing rate, \"<\" one whose lowest rate missed. Shed below capacity is one more run at %.2g x the capacity found (--capacity-below).\n", cc.BelowCapacity)
 	b.WriteString(CapacityTable(caps))

@@ -117,3 +117,32 @@ func TestCapacityConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchNarrowsWhereTheAttainmentCrossesTheTarget: between a passing and a failing
+// run, the next rate is where the line through their attainments crosses the target,
+// kept a precision step inside the bracket; the midpoint when the failing run stopped
+// early or the bracket is within two steps.
+func TestSearchNarrowsWhereTheAttainmentCrossesTheTarget(t *testing.T) {
+	s := &search{c: &CapacityConfig{Target: 0.9, Precision: 0.03}}
+	near := func(got, want float64) bool { return math.Abs(got/want-1) < 1e-9 }
+	// 0.95 at 1 and 0.70 at 2: the line (in log rate) crosses 0.9 a fifth of the way.
+	if got, want := s.inside(1, 2, 0.95, 0.70, true), math.Pow(2, 0.2); !near(got, want) {
+		t.Errorf("inside = %v, want %v", got, want)
+	}
+	// A crossing just past the passing rate is held a step above it, one just short of
+	// the failing rate a step below it.
+	if got := s.inside(1, 2, 0.901, 0.5, true); !near(got, 1.03) {
+		t.Errorf("a crossing next to lo: inside = %v, want 1.03", got)
+	}
+	if got := s.inside(1, 2, 0.99, 0.899, true); !near(got, 2/1.03) {
+		t.Errorf("a crossing next to hi: inside = %v, want %v", got, 2/1.03)
+	}
+	// A failing run that stopped early states only a bound: bisect.
+	if got := s.inside(1, 2, 0.95, 0.4, false); !near(got, math.Sqrt2) {
+		t.Errorf("hi stopped: inside = %v, want the midpoint", got)
+	}
+	// Within two steps, the midpoint closes the bracket whatever its run says.
+	if got := s.inside(1, 1.05, 0.95, 0.70, true); !near(got, math.Sqrt(1.05)) {
+		t.Errorf("narrow bracket: inside = %v, want the midpoint", got)
+	}
+}

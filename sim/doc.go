@@ -39,7 +39,8 @@
 // RunCapacity finds, per policy and deployment, the highest offered rate at which a
 // target fraction of requests meet Config.SLO (TTFT within a fixed allowance plus a
 // per-prompt-token one, and a bound on mean inter-token latency; shed and failed requests
-// miss), by a bounded doubling-then-bisection search over the rate, running independent
+// miss), by a bounded search over the rate (doubling or halving to a bracket, then
+// narrowing it where the attainment crosses the target), running independent
 // runs on a pool of workers. A run stops as soon as its attainment cannot reach the
 // target (Config.StopBelow).
 //

@@ -93,7 +93,8 @@ and weights.png; with several scenarios, one subdirectory each and a combined re
 --capacity instead searches, for each policy and each --deployment (comma-separated), the
 highest offered rate at which --slo-target of the requests meet the SLO (TTFT <= --slo-ttft
 + --slo-ttft-per-token x prompt tokens, mean inter-token latency <= --slo-itl; shed and
-failed requests miss), by doubling/halving then bisecting the rate, --workers runs at a
+failed requests miss), by doubling/halving the rate to a bracket, then narrowing it where
+the attainment crosses the target, --workers runs at a
 time, and writes capacity.json, capacity.md, capacity_slo.png and capacity_ttft.png.
 
 Flags:
