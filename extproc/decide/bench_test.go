@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-router/meridian/enginemetrics"
 	"github.com/meridian-router/meridian/extproc/guard"
 	"github.com/meridian-router/meridian/extproc/guard/guardtest"
 	"github.com/meridian-router/meridian/extproc/outcome"
@@ -67,5 +68,34 @@ func BenchmarkPenaltyEpisode(b *testing.B) {
 			b.ReportMetric(float64(tables), "tables/op")
 			b.ReportMetric(float64(peak), "peak-tables/s")
 		})
+	}
+}
+
+// BenchmarkObserveEngineLoad is the CPU of one engine's scrape result reaching the core (the
+// sidecar's engine_load feed calls it for every engine it scrapes, every 50 ms): eight
+// engines with KV-cache figures, each observed in turn with its counters advancing.
+func BenchmarkObserveEngineLoad(b *testing.B) {
+	c, err := New(Config{Picker: picker.DefaultConfig(), Outliers: guard.DefaultOutlierConfig(), Retry: guard.DefaultRetryConfig(),
+		Shed: guard.DefaultShedConfig(), Fallbacks: 2, DecodeWork: DefaultDecodeWork, PrefillWeight: DefaultPrefillWeight,
+		Log: slog.New(slog.DiscardHandler)}, guardtest.NewClock())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Update(twoModels(nil)); err != nil {
+		b.Fatal(err)
+	}
+	addrs := make([]string, 0, 8)
+	for _, m := range []int{1, 2} {
+		for i := range 4 {
+			addrs = append(addrs, fmt.Sprintf("127.0.0.%d:%d", m, 8000+i))
+		}
+	}
+	n := 0.0
+	for b.Loop() {
+		n++
+		for _, addr := range addrs {
+			c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 3, Waiting: 1, KVUsage: 0.4, KVTokens: 150_000,
+				PrefixQueries: 1000 * n, PrefixHits: 600 * n, GenerationTokens: 50 * n, PromptTokens: 990 * n})
+		}
 	}
 }

@@ -42,7 +42,7 @@
 // more than a prompt's worth of work, to the engine every sidecar ranks next for that key.
 // The choice weighs each engine's work in flight from this process and its peers (the
 // node's other sidecars, whose snapshots Loads.SetPeers holds) plus the work other
-// routers were last observed to hold on it (Loads.SetObserved: the sidecar scrapes each
+// routers were last observed to hold on it (Loads.Observe: the sidecar scrapes each
 // engine's queue), so sidecars that each send a fraction of an engine's traffic still
 // compare engines as a whole. Bounded loads count the work in flight alone. A key's
 // home (Homes: the endpoint this node's sidecars last sent it to, its own placements and
@@ -50,7 +50,7 @@
 // endpoint's place in the choice, so a conversation the choice moved stays with its
 // newest context instead of returning to an engine that caches only its older turns. A
 // home expires once its engine has written more tokens into its KV cache than the cache
-// holds since the placement (Loads.SetKVWritten, from the engine's vLLM counters): LRU
+// holds since the placement (Loads.Observe, from the engine's vLLM counters): LRU
 // eviction has taken the context, and the key is placed as a new one.
 // docs/results/README.md has what it bought on the simulator.
 //
