@@ -139,6 +139,9 @@ type meridian struct {
 type sidecar struct {
 	node, id string
 	core     *decide.Core
+	// moved is set when the core may have started or ended a request since sendInFlight
+	// last read its requests in flight (Route and Outcome are the only calls that do).
+	moved bool
 }
 
 // attemptState is what the proxy knows of a request in flight, for its access log entry.
@@ -263,6 +266,7 @@ func (m *meridian) sidecarFor(r *Request) *sidecar {
 func (m *meridian) Route(now time.Duration, r *Request) Route {
 	m.clock.now = now
 	sc := m.sidecarFor(r)
+	sc.moved = true
 	d := sc.core.Route(decide.Request{Model: meridianModel, Key: r.LadderKey, ParentKey: r.ParentKey, Priority: m.cfg.Priority.Default,
 		PromptBytes: r.InputTokens * decide.BytesPerToken, BodyBytes: r.InputTokens * decide.BytesPerToken}, m.buf[:0])
 	if d.Verdict != decide.Steer {
@@ -307,6 +311,7 @@ func (m *meridian) Observe(now time.Duration, o Outcome) {
 			rec.Status, rec.UpstreamFailure = 503, true
 		}
 		a.sc.core.Outcome(rec)
+		a.sc.moved = true
 		delete(m.inflight, o.Request.ID)
 	}
 }

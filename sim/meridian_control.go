@@ -140,10 +140,16 @@ func (m *meridian) due(now, last, period time.Duration) bool {
 // sendInFlight hands each sidecar its cluster's other sidecars' requests in flight, as the
 // peer stream each sidecar watches (extproc/server's peers.go) delivers them every
 // peers.interval. The sidecars of a cluster run in one region, so the stream's delay is
-// the interval's.
+// the interval's. A sidecar that started and ended nothing since its last send would send
+// the same snapshot, which its peers already hold (SetPeerInFlight keeps the sums of a
+// repeated one): it is skipped.
 func (m *meridian) sendInFlight() {
 	for _, pool := range m.sidecars {
 		for _, from := range pool {
+			if !from.moved {
+				continue
+			}
+			from.moved = false
 			var ranked int64
 			m.inFlight, ranked = from.core.AppendInFlight(m.inFlight[:0])
 			for _, to := range pool {
