@@ -66,6 +66,11 @@ type Result struct {
 	// TooLarge counts requests no engine's KV cache could hold.
 	TooLarge int `json:"too_large"`
 
+	// HomeRetention is, for requests whose routing key was seen before, how much of the
+	// prompt the key's previous engine still held, by how much that engine had written
+	// into its KV cache since (sim/retention.go); empty for a trace without prefixes.
+	HomeRetention []RetentionBucket `json:"home_retention,omitempty"`
+
 	// TTFTs are the sorted client TTFTs in seconds, for the CDF plot.
 	TTFTs []float64 `json:"-"`
 	// Samples are the weights over time, for the weights plot.
@@ -103,6 +108,7 @@ type recorder struct {
 	hitBlocks, refs   int
 	retries, tooLarge int
 	samples           []WeightSample
+	retention         retention
 	slo               SLO
 	missed            int // requests known to miss the SLO
 	good              int // requests finished that met it
@@ -187,6 +193,7 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 	}
 	steady, rest := steadySamples(rc.samples, w.Span)
 	res.SteadyWeightChurn, res.SteadyMaxShareStep = churn(steady, rest), maxShareStep(steady)
+	res.HomeRetention = rc.retention.result()
 	if rc.slo.set() && w.Span > 0 {
 		res.SLOGoodputRPS = float64(rc.good) / w.Span.Seconds()
 		for i := range w.Requests {

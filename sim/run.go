@@ -269,6 +269,7 @@ func (r *run) deliver(st *reqState, e int) {
 		r.events.push(event{at: r.now + r.rtt(st.r.Cluster, e)/2, kind: evRefused, req: st, engine: e})
 		return
 	}
+	r.rec.retention.observe(st.r, e, r.slots)
 	st.er = engine.Request{ID: uint64(st.r.ID), PromptTokens: st.r.InputTokens,
 		OutputTokens: st.r.OutputTokens, Blocks: st.r.Blocks}
 	if err := s.eng.Enqueue(r.now, &st.er); err != nil {

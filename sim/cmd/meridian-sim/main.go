@@ -89,6 +89,8 @@ knows every engine's cache and prefill queue the instant they change. Run it wit
 
 Output (--out DIR): results.json (one object per policy), report.md (a table), ttft_cdf.png
 and weights.png; with several scenarios, one subdirectory each and a combined report.md.
+results.json's home_retention says how much of a prompt the engine its routing key last
+went to still held, by how much that engine had written into its KV cache since.
 
 --capacity instead searches, for each policy and each --deployment (comma-separated), the
 highest offered rate at which --slo-target of the requests meet the SLO (TTFT <= --slo-ttft
