@@ -4,15 +4,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +28,8 @@ import (
 )
 
 type options struct {
+	scan       []float64
+	seeds      int
 	cpuProfile string
 	tracePath  string
 	format     string
@@ -92,6 +97,12 @@ and weights.png; with several scenarios, one subdirectory each and a combined re
 results.json's home_retention says how much of a prompt the engine its routing key last
 went to still held, by how much that engine had written into its KV cache since.
 
+--scan 0.60,0.64,0.68 --seeds 4 instead runs every policy at each load, once per seed (a
+seed redraws the regions conversations enter through), --workers runs at a time, and prints
+the mean SLO attainment / KV hit rate per load and over all runs (scan.json and scan.md with
+--out): what compares two builds or two settings, whose difference is often under a capacity
+search's step.
+
 --capacity instead searches, for each policy and each --deployment (comma-separated), the
 highest offered rate at which --slo-target of the requests meet the SLO (TTFT <= --slo-ttft
 + --slo-ttft-per-token x prompt tokens, mean inter-token latency <= --slo-itl; shed and
@@ -146,7 +157,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.startLoad, "capacity-start", 0.5, "--capacity: first rate tried, as a fraction of cold capacity")
 	fs.IntVar(&o.maxRuns, "capacity-runs", 12, "--capacity: most runs per search")
 	fs.Float64Var(&o.belowCapacity, "capacity-below", 0.9, "--capacity: one more run per search at this fraction of the capacity found, for its shedding there (0: none)")
-	fs.IntVar(&o.workers, "workers", 2, "--capacity: runs at a time")
+	fs.IntVar(&o.workers, "workers", 2, "--capacity and --scan: runs at a time")
+	var scan string
+	fs.StringVar(&scan, "scan", "", "comma-separated loads: run every policy at each, once per seed of --seeds, and print the mean SLO attainment / KV hit rate per load (with --out: scan.json and scan.md), instead of one run at --load")
+	fs.IntVar(&o.seeds, "seeds", 1, "--scan: seeds per load, from --seed up")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -210,6 +224,28 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.capacity && len(o.scenarios) > 1 {
 		return o, errors.New("--capacity measures one scenario at a time")
+	}
+	for _, f := range strings.Split(scan, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		l, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(l > 0) || math.IsInf(l, 0) {
+			return o, fmt.Errorf("--scan: %q is not a positive load", f)
+		}
+		o.scan = append(o.scan, l)
+	}
+	if scan != "" && len(o.scan) == 0 {
+		return o, errors.New("--scan: no loads")
+	}
+	if len(o.scan) > 0 && (o.capacity || len(o.scenarios) > 1 || len(o.deployments) > 1) {
+		return o, errors.New("--scan runs one scenario under one deployment, without --capacity")
+	}
+	if o.seeds < 1 {
+		return o, fmt.Errorf("--seeds %d must be at least 1", o.seeds)
+	}
+	if o.workers < 1 {
+		return o, fmt.Errorf("--workers %d must be at least 1", o.workers)
 	}
 	o.commandRec = "meridian-sim " + strings.Join(args, " ")
 	return o, nil
@@ -336,6 +372,9 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	if o.capacity {
 		return runCapacity(ctx, o, base, stdout, stderr)
 	}
+	if len(o.scan) > 0 {
+		return runScan(ctx, o, base, stdout, stderr)
+	}
 	var all []scenarioResult
 	for _, sc := range o.scenarios {
 		cfg := base
@@ -450,6 +489,51 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 	fmt.Fprint(stdout, sim.CapacityTable(caps))
 	if o.out != "" {
 		return sim.WriteCapacity(o.out, caps, &cc, w, o.commandRec, time.Since(start))
+	}
+	return nil
+}
+
+// runScan runs a fixed-load scan and writes its outputs.
+func runScan(ctx context.Context, o options, base sim.Config, stdout, stderr io.Writer) error {
+	sc := sim.ScanConfig{Base: base, Loads: o.scan, Workers: o.workers}
+	for i := range o.seeds {
+		sc.Seeds = append(sc.Seeds, o.seed+uint64(i))
+	}
+	var progress func(sim.ScanProgress)
+	if !o.quiet {
+		fmt.Fprintf(stderr, "scan: %d policies x %d loads x %d seeds, %d at a time\n",
+			len(base.Policies), len(sc.Loads), len(sc.Seeds), sc.Workers)
+		progress = func(p sim.ScanProgress) {
+			fmt.Fprintf(stderr, "[run %3d/%d, %v] %-18s load %.4g seed %d: attainment %.3f, KV hit %.3f, %d shed\n",
+				p.Done, p.Total, p.Elapsed.Round(time.Second), p.Point.Policy, p.Point.Load, p.Point.Seed,
+				p.Point.SLOAttainment, p.Point.KVHitRate, p.Point.Shed)
+		}
+	}
+	start := time.Now()
+	points, err := sim.RunScan(ctx, sc, progress)
+	if err != nil {
+		return err
+	}
+	table := sim.ScanTable(points)
+	fmt.Fprint(stdout, table)
+	if o.out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", o.out, err)
+	}
+	data, err := json.MarshalIndent(points, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "scan.json"), append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write scan.json: %w", err)
+	}
+	md := fmt.Sprintf("# meridian-sim: fixed-load scan\n\nCommand: `%s` (%v of wall time on this machine, %d runs at a time).\n\n"+
+		"SLO attainment / KV hit rate, the mean over seeds %d to %d at each load (x cold capacity), and over every run.\n\n%s",
+		o.commandRec, time.Since(start).Round(time.Second), sc.Workers, sc.Seeds[0], sc.Seeds[len(sc.Seeds)-1], table)
+	if err := os.WriteFile(filepath.Join(o.out, "scan.md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("write scan.md: %w", err)
 	}
 	return nil
 }

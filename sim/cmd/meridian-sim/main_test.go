@@ -275,3 +275,47 @@ func TestTheDocumentedVariantsLoadAndDiffer(t *testing.T) {
 		}
 	}
 }
+
+func TestScanWritesTheMeanOfEachLoad(t *testing.T) {
+	for _, args := range [][]string{
+		{"--trace", "x", "--scan", "0.5,abc"},
+		{"--trace", "x", "--scan", ","},
+		{"--trace", "x", "--scan", "0.5", "--capacity"},
+		{"--trace", "x", "--scan", "0.5", "--scenario", "steady,step"},
+		{"--trace", "x", "--scan", "0.5", "--seeds", "0"},
+		{"--trace", "x", "--scan", "0.5", "--workers", "0"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+	out := t.TempDir()
+	o, err := parseFlags([]string{"--trace", writeTrace(t, 80), "--scan", "0.3,0.6", "--seeds", "2", "--seed", "5",
+		"--policies", "round-robin,prefix-hash", "--engines-per-region", "1", "--out", out, "--quiet"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), o, &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "scan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var points []struct {
+		Policy string
+		Load   float64
+		Seed   uint64
+	}
+	if err := json.Unmarshal(data, &points); err != nil || len(points) != 8 {
+		t.Fatalf("scan.json: %v, %d points, want 2 policies x 2 loads x 2 seeds", err, len(points))
+	}
+	if p := points[7]; p.Policy != "prefix-hash" || p.Load != 0.6 || p.Seed != 6 {
+		t.Errorf("last point %+v, want prefix-hash at 0.6 with seed 6", p)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "scan.md"))
+	if err != nil || !strings.Contains(string(md), "| prefix-hash |") || !strings.Contains(stdout.String(), "(4 runs)") {
+		t.Errorf("scan.md (%v):\n%s\nstdout:\n%s", err, md, stdout.String())
+	}
+}
