@@ -267,7 +267,7 @@ func (m *meridian) Route(now time.Duration, r *Request) Route {
 	m.clock.now = now
 	sc := m.sidecarFor(r)
 	sc.moved = true
-	d := sc.core.Route(decide.Request{Model: meridianModel, Key: r.LadderKey, ParentKey: r.ParentKey, Priority: m.cfg.Priority.Default,
+	d := sc.core.Route(decide.Request{Model: meridianModel, Key: r.LadderKey, ParentKey: r.ParentKey, Marks: r.Marks, Priority: m.cfg.Priority.Default,
 		PromptBytes: r.InputTokens * decide.BytesPerToken, BodyBytes: r.InputTokens * decide.BytesPerToken}, m.buf[:0])
 	if d.Verdict != decide.Steer {
 		return Route{ShedReason: d.Verdict.String()} // shed (or no engine): the proxy answers 503 at once

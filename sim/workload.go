@@ -32,6 +32,10 @@ type Request struct {
 	// on the first rung or below it), which meridian's sidecars look up when LadderKey has
 	// no home. Requests without blocks have LadderKey = Key.
 	LadderKey, ParentKey uint64
+	// Marks are the sidecar's prefix marks of the prompt (extproc/request's Marks): the
+	// chained hash at every multiple of the ladder's first rung, each taken at the trace
+	// block it ends in, as the keys are. Nil when the trace has no blocks.
+	Marks []uint64
 	// Replica is the router replica of the request's pool that receives it, drawn per
 	// request (seeded) in [0, Config.Replicas): a load balancer in front of the replicas.
 	Replica int
@@ -116,6 +120,7 @@ func (c *Config) newRequest(id int, r trace.Request, lad keyLadder) Request {
 	if len(r.HashIDs) > 0 {
 		conv = r.HashIDs[0]
 		req.Key, req.LadderKey, req.ParentKey = c.prefixKeys(r.HashIDs, r.InputTokens, lad)
+		req.Marks = c.prefixMarks(r.HashIDs, r.InputTokens, lad)
 	}
 	if r.Conversation != 0 {
 		conv = r.Conversation
@@ -149,6 +154,7 @@ func (c *Config) addStep(reqs []Request, scaled []trace.Request, span time.Durat
 				e.Blocks[i] = h | 1<<62 // a new user population with the same structure
 			}
 			e.Key, e.LadderKey, e.ParentKey = c.prefixKeys(e.Blocks, e.InputTokens, lad)
+			e.Marks = c.prefixMarks(e.Blocks, e.InputTokens, lad)
 		} else {
 			e.Key = mix(uint64(e.ID)|1<<63, c.Seed)
 			e.LadderKey = e.Key
@@ -226,6 +232,19 @@ func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (fixed, 
 		parent = at(up)
 	}
 	return fixed, key, parent
+}
+
+// prefixMarks are the sidecar's marks for a prompt of tokens tokens whose trace blocks are
+// blocks: the chain at every multiple of the ladder's first rung up to its last.
+func (c *Config) prefixMarks(blocks []uint64, tokens int, lad keyLadder) []uint64 {
+	if lad.first < 1 {
+		return nil
+	}
+	var marks []uint64
+	for d := lad.first; d <= min(tokens, lad.last); d += lad.first {
+		marks = append(marks, mix(blocks[min(len(blocks), max(1, d/trace.BlockTokens))-1], c.Seed))
+	}
+	return marks
 }
 
 // mix hashes x with a seed into a well-spread 64-bit value.

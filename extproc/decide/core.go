@@ -140,9 +140,12 @@ type Core struct {
 	// homes remembers each key's last engine (picker.Homes), its own and its peers'
 	// (AdoptPlacements): the least-work choice keeps a conversation where its newest
 	// context went. drained is the journal cursor of AppendPlacements, under drainMu.
-	homes   *picker.Homes
-	drainMu sync.Mutex
-	drained uint64
+	homes *picker.Homes
+	// prefixes remembers which prompt prefixes this core sent to which engine
+	// (picker.Prefixes), for the move cost of requests that carry marks.
+	prefixes *picker.Prefixes
+	drainMu  sync.Mutex
+	drained  uint64
 	// started is when the core was made (homeWarmup counts from it).
 	started time.Time
 	// caches is what the core's first look at each engine's KV-cache counters said
@@ -247,6 +250,10 @@ const maxOverflowEngines = 64
 // beyond it share slots and, on a collision, fall back to the key's order.
 const homeSlots = 1 << 16
 
+// prefixSlots is the size of a core's prefix memory (picker.Prefixes): 16 bytes a slot,
+// 4 MiB in all, the marks of 4,096 prompts of 64 marks (256 KiB each at 4 KiB a mark).
+const prefixSlots = 1 << 18
+
 // modelState is what the request path keeps per model across snapshots: arrival counters
 // for the load report and the model's shedder.
 type modelState struct {
@@ -264,7 +271,7 @@ func New(cfg Config, clock guard.Clock) (*Core, error) {
 		return nil, errors.New("decide: a clock is required (guard.SystemClock in production)")
 	}
 	c := &Core{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), states: map[string]*modelState{},
-		homes: picker.NewHomes(homeSlots)}
+		homes: picker.NewHomes(homeSlots), prefixes: picker.NewPrefixes(prefixSlots)}
 	var err error
 	if c.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
 		return nil, err
@@ -376,7 +383,12 @@ type Request struct {
 	// key with no home yet takes its parent's, since the conversation whose previous turn
 	// was placed under the parent has its context there.
 	ParentKey uint64
-	Priority  int
+	// Marks are the prompt's prefix marks (extproc/request's Marks: the chained hash after
+	// every KeyBlocks blocks), from the first: with them a candidate that is not the key's
+	// home is charged the move cost for the share of them it is not known to hold
+	// (picker.Prefixes), where without them it is charged all of it. Optional.
+	Marks    []uint64
+	Priority int
 	// PromptBytes is the canonical prompt's size, for the reported token rate.
 	PromptBytes int
 	// BodyBytes is the request body's size (its Content-Length, or the bytes seen when
@@ -493,7 +505,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	if home >= 0 || c.warmingUp(now) {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
-	res := m.table.PickHome(req.Key, work, move, home, buf[:0])
+	res := m.table.PickHomeHeld(req.Key, work, move, home, c.prefixes, req.Marks, buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -521,6 +533,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.Retries, d.RetryOn = 1, RetryOnUnsent
 	}
 	c.homes.Remember(req.Key, m.table, primary)
+	c.prefixes.Place(m.table, primary, req.Marks)
 	c.routedN.Add(1)
 	c.routedWork.Add(work)
 	id := c.tickets.next()

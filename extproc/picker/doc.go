@@ -54,6 +54,16 @@
 // eviction has taken the context, and the key is placed as a new one.
 // docs/results/README.md has what it bought on the simulator.
 //
+// What a move costs depends on the destination (PickHomeHeld): the move cost stands for
+// the prompt an engine without it must prefill again, and an engine that holds the
+// prompt's opening (a system prompt every conversation shares) redoes only the rest.
+// Prefixes remembers, per prefix mark (the chained hash at every first rung of the key
+// ladder) and endpoint, the endpoint's cache stamp when a request holding that mark was
+// last sent there, expiring as homes do; each candidate but the home is charged the move
+// cost for the share of the prompt's marks it is not known to hold. This is the
+// approximate prefix index of llm-d's router, fed by this process's own placements, used
+// only to price a move: the key's order and its home still decide where a key stays.
+//
 // Overflow (pooling across the plan's boundary, per request): a table may also hold
 // overflow endpoints (Endpoint.Overflow), engines its node has no share of, unranked. The
 // control plane's shares follow demand smoothed over tens of seconds; a burst in one region

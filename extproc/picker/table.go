@@ -181,6 +181,14 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 // their bound is ignored by the choice. Result.Spilled then says the home (when Pick
 // examined it) is not the primary.
 func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
+	return t.PickHomeHeld(key, work, move, home, nil, nil, dst)
+}
+
+// PickHomeHeld is PickHome with each candidate charged by what it lacks of the prompt: move
+// x the share of marks (the prompt's prefix marks, extproc/request's Marks) that prefixes
+// does not record it as holding (Prefixes.Held), where PickHome charges every candidate
+// but the home all of move. With no prefixes or no marks it is PickHome.
+func (t *Table) PickHomeHeld(key uint64, work, move int64, home int, prefixes *Prefixes, marks []uint64, dst []int) Result {
 	dst = dst[:0]
 	if t.n == 0 {
 		return Result{Order: dst}
@@ -189,6 +197,10 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work, move = max(work, 1), max(move, 0)
+	mv := charge{move: move}
+	if prefixes != nil && len(marks) > 0 && move > 0 {
+		mv.prefixes, mv.marks = prefixes, marks
+	}
 	total := float64(t.total.inFlight() + work)
 	b := uint32(mix(key) >> t.shift)
 	for probe := 0; probe < t.maxProbe && nseen < t.maxExam && len(dst) < t.want; probe++ {
@@ -228,13 +240,13 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 	if len(dst) == 0 {
 		// Every ranked endpoint examined is at its hard cap: an overflow endpoint with room
 		// takes the request rather than the caller shedding it.
-		if o := t.overflow(-1, -1, work, move, home); o >= 0 {
+		if o := t.overflow(-1, -1, work, mv, home); o >= 0 {
 			return Result{Order: append(dst, o), Spilled: true, Overflowed: true}
 		}
 		return Result{Order: dst, Spilled: true, AtLimit: true}
 	}
 	if within > 1 {
-		t.leastWork(dst[:within], work, move, home)
+		t.leastWork(dst[:within], work, mv, home)
 	}
 	// The key's usual engine is its home when Pick examined it, else its first.
 	usual := int(seen[0])
@@ -242,7 +254,7 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 		usual = home
 	}
 	if len(t.eps) > t.n {
-		if o := t.overflow(dst[0], usual, work, move, home); o >= 0 {
+		if o := t.overflow(dst[0], usual, work, mv, home); o >= 0 {
 			if len(dst) > t.cfg.Fallbacks { // the list holds at most Fallbacks+1
 				dst = dst[:t.cfg.Fallbacks]
 			}
@@ -264,7 +276,7 @@ func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Resu
 // whose cache size is unknown takes none (a failed scrape would make it look empty). p is
 // -1 when every ranked endpoint is at its hard cap: then any overflow endpoint below its
 // own cap will do.
-func (t *Table) overflow(p, usual int, work, move int64, home int) int {
+func (t *Table) overflow(p, usual int, work int64, move charge, home int) int {
 	cost := int64(math.MaxInt64)
 	if p >= 0 {
 		if fill, ok := t.CacheFill(p, work); !ok || fill <= t.cfg.OverflowAt {
@@ -272,7 +284,7 @@ func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 		}
 		cost = t.ctr[p].load() + work
 		if p != usual || home >= t.n {
-			cost += move
+			cost += move.at(t, p)
 		}
 	}
 	best := -1
@@ -283,7 +295,7 @@ func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 		}
 		w := c.load() + work
 		if o != home {
-			w += max(move, work)
+			w += max(move.at(t, o), work)
 		}
 		if w < cost {
 			best, cost = o, w
@@ -296,7 +308,7 @@ func (t *Table) overflow(p, usual int, work, move int64, home int) int {
 // order) the one that would hold the least work relative to its share after taking the
 // request, charging move to all but the home (the key's first unless home is in order);
 // see Pick and PickHome.
-func (t *Table) leastWork(order []int, work, move int64, home int) {
+func (t *Table) leastWork(order []int, work int64, move charge, home int) {
 	h := max(slices.Index(order, home), 0)
 	w0 := t.ctr[order[h]].load()
 	best := h
@@ -306,7 +318,7 @@ func (t *Table) leastWork(order []int, work, move int64, home int) {
 			if j == h {
 				continue
 			}
-			if v := float64(t.ctr[c].load()+work+move) / t.bound[c]; v < cost {
+			if v := float64(t.ctr[c].load()+work+move.at(t, c)) / t.bound[c]; v < cost {
 				best, cost = j, v
 			}
 		}
@@ -404,3 +416,19 @@ func (t *Table) CacheFill(i int, work int64) (float64, bool) {
 
 // Waiting is the requests endpoint i was last observed to hold waiting (Loads.SetWaiting).
 func (t *Table) Waiting(i int) int64 { return t.ctr[i].q.Load() }
+
+// charge is the move cost Pick charges a candidate that is not the key's home: all of move,
+// or, with prefixes and marks, the share of the prompt's marks the candidate lacks.
+type charge struct {
+	move     int64
+	prefixes *Prefixes
+	marks    []uint64
+}
+
+func (c charge) at(t *Table, i int) int64 {
+	if c.prefixes == nil {
+		return c.move
+	}
+	held := c.prefixes.Held(t, i, c.marks)
+	return c.move * int64(len(c.marks)-held) / int64(len(c.marks))
+}

@@ -71,6 +71,9 @@ type Options struct {
 	// KeyOnly leaves Request.Blocks empty: a caller that routes needs only the keys, and a
 	// long prompt then costs no memory per block.
 	KeyOnly bool
+	// Marks, with KeyBlocks > 0, sets Request.Marks: the chain after every KeyBlocks blocks
+	// (each a multiple of the ladder's first rung), up to MaxBlocks; a 1 MiB prompt has 256.
+	Marks bool
 	// MaxDepth rejects bodies nested deeper than this (a cheap defence against hostile JSON).
 	MaxDepth int
 }
@@ -111,6 +114,9 @@ type Request struct {
 	// (0 when Key is on the first rung or below it): the key the same conversation had
 	// while its prompt was up to half as long. Both are 0 for an empty prompt.
 	Key, ParentKey uint64
+	// Marks, with Options.Marks, are the chain after every Options.KeyBlocks whole blocks,
+	// from the first: a prefix cache that holds one holds the prompt up to it.
+	Marks []uint64
 }
 
 // KeyDepth is the key ladder: for a prompt of n whole units (blocks, or tokens), with
@@ -148,7 +154,7 @@ func badf(format string, args ...any) error { return &Error{Reason: fmt.Sprintf(
 // Parse reads body (complete when complete is true, else a prefix) as a request of kind k.
 // r is reset and reused, so a caller can keep one per stream and avoid allocations.
 func Parse(k Kind, body []byte, complete bool, opt Options, r *Request) error {
-	*r = Request{Blocks: r.Blocks[:0]}
+	*r = Request{Blocks: r.Blocks[:0], Marks: r.Marks[:0]}
 	if opt.KeyOnly {
 		r.Blocks = nil
 	}
@@ -255,6 +261,9 @@ func (h *hasher) write(b []byte) {
 			h.n++
 			if !h.opt.KeyOnly {
 				h.r.Blocks = append(h.r.Blocks, h.prev)
+			}
+			if h.opt.Marks && h.opt.KeyBlocks > 0 && h.n%h.opt.KeyBlocks == 0 {
+				h.r.Marks = append(h.r.Marks, h.prev)
 			}
 			if h.n == h.rung {
 				// A rung of the ladder (KeyDepth): the key so far becomes the parent.

@@ -375,3 +375,32 @@ func TestKeyLadder(t *testing.T) {
 		t.Errorf("an empty prompt: key %x parent %x, err %v; want 0, 0", empty.Key, empty.ParentKey, err)
 	}
 }
+
+// With Marks, a key-only parse keeps the chain after every KeyBlocks blocks, and only
+// those: the same hashes a full parse has at those depths, up to MaxBlocks.
+func TestMarksAreTheChainAtEveryFirstRung(t *testing.T) {
+	opt := Options{BlockBytes: 16, MaxBlocks: 64, KeyBlocks: 4, MaxDepth: 32}
+	marked := opt
+	marked.KeyOnly, marked.Marks = true, true
+	body := func(prompt string) []byte { return []byte(`{"model":"m","prompt":"` + prompt + `"}`) }
+	for _, n := range []int{10, 63, 64, 200, 5000} {
+		prompt := strings.Repeat("abcdefg ", n)
+		var all, only Request
+		if err := Parse(Completions, body(prompt), true, opt, &all); err != nil {
+			t.Fatal(err)
+		}
+		if err := Parse(Completions, body(prompt), true, marked, &only); err != nil {
+			t.Fatal(err)
+		}
+		full := min(all.PromptBytes/opt.BlockBytes, opt.MaxBlocks)
+		if len(only.Marks) != full/opt.KeyBlocks || len(only.Blocks) != 0 || len(all.Marks) != 0 {
+			t.Fatalf("%d bytes (%d whole blocks): %d marks, want %d; %d blocks kept; %d marks without the option",
+				len(prompt), full, len(only.Marks), full/opt.KeyBlocks, len(only.Blocks), len(all.Marks))
+		}
+		for i, m := range only.Marks {
+			if want := all.Blocks[(i+1)*opt.KeyBlocks-1]; m != want {
+				t.Errorf("%d bytes: mark %d is %x, want the chain after %d blocks, %x", len(prompt), i, m, (i+1)*opt.KeyBlocks, want)
+			}
+		}
+	}
+}

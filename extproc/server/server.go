@@ -54,9 +54,10 @@ func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Routing reads the request's keys, never its per-block hashes: a long prompt then
-	// costs no slice, whatever Config the caller built.
-	cfg.Request.KeyOnly = true
+	// Routing reads the request's keys and its prefix marks (one per first rung of the key
+	// ladder, at most MaxBlocks/KeyBlocks), never its per-block hashes: a long prompt then
+	// costs one slice of marks per stream, whatever Config the caller built.
+	cfg.Request.KeyOnly, cfg.Request.Marks = true, true
 	s := &Server{cfg: cfg, clock: clock, decisions: newDecisionLog(cfg.Decisions)}
 	dc := cfg.Core()
 	dc.OnEngineOutcome = func(engine string, ok bool) {
@@ -511,7 +512,7 @@ func (s *Server) route(ctx context.Context, st *streamState, body []byte, eos bo
 		return decision{immediate: errorResponse(400, "invalid_request_error", ce.Reason, 0)}
 	}
 	var buf [picker.MaxExamined]int
-	d := s.core.Route(decide.Request{Model: st.req.Model, Key: st.req.Key, ParentKey: st.req.ParentKey, Priority: st.priority,
+	d := s.core.Route(decide.Request{Model: st.req.Model, Key: st.req.Key, ParentKey: st.req.ParentKey, Marks: st.req.Marks, Priority: st.priority,
 		PromptBytes: st.req.PromptBytes, BodyBytes: bodyBytes(st.contentLength, len(body)),
 		RequestID: st.requestID, Subset: st.subset, HasSubset: st.hasSubset}, buf[:0])
 	st.ticket = d.Ticket
