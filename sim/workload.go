@@ -34,7 +34,8 @@ type Request struct {
 	LadderKey, ParentKey uint64
 	// Marks are the sidecar's prefix marks of the prompt (extproc/request's Marks): the
 	// chained hash at every multiple of the ladder's first rung, each taken at the trace
-	// block it ends in, as the keys are. Nil when the trace has no blocks.
+	// block it ends in, as the keys are. Nil when the trace has no blocks or the sidecar's
+	// configuration keeps no marks (request.prefix_marks).
 	Marks []uint64
 	// Replica is the router replica of the request's pool that receives it, drawn per
 	// request (seeded) in [0, Config.Replicas): a load balancer in front of the replicas.
@@ -200,7 +201,10 @@ func upperBound(reqs []Request) float64 {
 
 // keyLadder is the sidecar's key ladder (request.KeyDepth) in prompt tokens: its first
 // rung and its last.
-type keyLadder struct{ first, last int }
+type keyLadder struct {
+	first, last int
+	marks       bool // the sidecar keeps prefix marks (request.prefix_marks)
+}
 
 // ladder is the key ladder of c.Sidecar when set (its first rung is also the baselines'
 // Request.Key), of the shipped configuration otherwise: request.affinity_blocks and
@@ -211,7 +215,8 @@ func (c *Config) ladder() keyLadder {
 		cfg = *c.Sidecar
 	}
 	o := cfg.Request
-	return keyLadder{first: o.KeyBlocks * o.BlockBytes / decide.BytesPerToken, last: o.MaxBlocks * o.BlockBytes / decide.BytesPerToken}
+	return keyLadder{first: o.KeyBlocks * o.BlockBytes / decide.BytesPerToken, last: o.MaxBlocks * o.BlockBytes / decide.BytesPerToken,
+		marks: o.Marks}
 }
 
 // prefixKeys are the baselines' fixed-depth key, the sidecar's ladder key and its parent
@@ -235,9 +240,10 @@ func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (fixed, 
 }
 
 // prefixMarks are the sidecar's marks for a prompt of tokens tokens whose trace blocks are
-// blocks: the chain at every multiple of the ladder's first rung up to its last.
+// blocks: the chain at every multiple of the ladder's first rung up to its last; none when
+// the sidecar keeps no marks.
 func (c *Config) prefixMarks(blocks []uint64, tokens int, lad keyLadder) []uint64 {
-	if lad.first < 1 {
+	if !lad.marks || lad.first < 1 {
 		return nil
 	}
 	var marks []uint64

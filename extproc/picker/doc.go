@@ -54,7 +54,8 @@
 // eviction has taken the context, and the key is placed as a new one.
 // docs/results/README.md has what it bought on the simulator.
 //
-// What a move costs depends on the destination (PickHomeHeld): the move cost stands for
+// What a move costs depends on the destination (PickHomeHeld; the sidecar's
+// request.prefix_marks, off by default): the move cost stands for
 // the prompt an engine without it must prefill again, and an engine that holds the
 // prompt's opening (a system prompt every conversation shares) redoes only the rest.
 // Prefixes remembers, per prefix mark (the chained hash at every first rung of the key

@@ -225,9 +225,14 @@ type FilePlacements struct {
 
 // FileRequest is the file's request: section.
 type FileRequest struct {
-	BlockBytes     int           `yaml:"block_bytes"`
-	MaxBlocks      int           `yaml:"max_blocks"`
-	AffinityBlocks int           `yaml:"affinity_blocks"`
+	BlockBytes     int `yaml:"block_bytes"`
+	MaxBlocks      int `yaml:"max_blocks"`
+	AffinityBlocks int `yaml:"affinity_blocks"`
+	// PrefixMarks prices a move off a key's home by what the destination lacks of the
+	// prompt (request.Options.Marks, picker.Prefixes). Off by default: measured on the
+	// simulator, it helps prompts that open with a long shared system prompt and costs a
+	// search step elsewhere (docs/configuration.md).
+	PrefixMarks    bool          `yaml:"prefix_marks"`
 	BodyLimitBytes int64         `yaml:"body_limit_bytes"`
 	HoldTimeout    time.Duration `yaml:"hold_timeout"`
 	// MaxRequestBytes: larger bodies get 413 in OpenAI's shape before any engine sees them.
@@ -480,6 +485,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	}
 	req := request.DefaultOptions()
 	req.BlockBytes, req.MaxBlocks, req.KeyBlocks = f.Request.BlockBytes, f.Request.MaxBlocks, f.Request.AffinityBlocks
+	req.Marks = f.Request.PrefixMarks
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)

@@ -75,7 +75,7 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 func TestConfigFileIsApplied(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(`
-request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, body_limit_bytes: 65536, hold_timeout: 50ms}
+request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, prefix_marks: true, body_limit_bytes: 65536, hold_timeout: 50ms}
 picker: {fallbacks: 3, bounded_load_epsilon: 0.5, max_in_flight: 7, decode_work_tokens: 99, spill_floor: 6, move_factor: 1.5, overflow_at: 0.35, overflow_engines: 3}
 outliers: {penalty_recover_half_life: 9s}
 retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
@@ -97,9 +97,9 @@ report_interval: 3s
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),
 		c.EngineLoad.Interval.String(), c.EngineLoad.Timeout.String(), c.MoveFactor, c.Core().MoveFactor, c.PlacementInterval.String(),
-		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight, c.PeerInterval.String()}
+		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight, c.PeerInterval.String(), c.Request.Marks}
 	// spill_floor counts short requests: the picker's floor is 6 × decode_work_tokens of work.
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms"}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms", true}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
@@ -122,5 +122,17 @@ func TestDefaultSpillFloorIsThePickersDefault(t *testing.T) {
 	got := DefaultConfig(slog.New(slog.DiscardHandler)).Picker.SpillFloor
 	if want := picker.DefaultConfig().SpillFloor; got != want {
 		t.Fatalf("the sidecar's default floor is %d work, the picker's %d", got, want)
+	}
+}
+
+// The shipped file keeps no prefix marks: request.prefix_marks is an option, and a server
+// built from the defaults parses none.
+func TestPrefixMarksAreOffByDefault(t *testing.T) {
+	c, err := DefaultFile().Build(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Request.Marks || DefaultFile().Request.PrefixMarks {
+		t.Errorf("request.prefix_marks is on in the defaults")
 	}
 }

@@ -54,10 +54,11 @@ func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Routing reads the request's keys and its prefix marks (one per first rung of the key
-	// ladder, at most MaxBlocks/KeyBlocks), never its per-block hashes: a long prompt then
-	// costs one slice of marks per stream, whatever Config the caller built.
-	cfg.Request.KeyOnly, cfg.Request.Marks = true, true
+	// Routing reads the request's keys and, with request.prefix_marks, its prefix marks
+	// (one per first rung of the key ladder, at most MaxBlocks/KeyBlocks), never its
+	// per-block hashes: a long prompt then costs no slice but the marks', whatever Config
+	// the caller built.
+	cfg.Request.KeyOnly = true
 	s := &Server{cfg: cfg, clock: clock, decisions: newDecisionLog(cfg.Decisions)}
 	dc := cfg.Core()
 	dc.OnEngineOutcome = func(engine string, ok bool) {
