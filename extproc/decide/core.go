@@ -60,6 +60,11 @@ type Config struct {
 	// only slows the engine's steps. 0: prompts in prefill weigh what they hold. See
 	// DefaultPrefillWeight.
 	PrefillWeight float64
+	// PrefixMarks keeps a memory of the prefix marks requests carry (Request.Marks,
+	// picker.Prefixes: prefixSlots, 4 MiB), so that a move is charged by what the
+	// destination lacks of the prompt; false: requests' marks are ignored and no memory is
+	// kept. The sidecar's request.prefix_marks sets it with the parser's marks.
+	PrefixMarks bool
 	// Rankings, when set, is shared by cores that are given the same views in one process
 	// (the simulator's replicas of a node's sidecar), so that each set of endpoints is
 	// ranked once; the tables are the same either way (picker.Rankings). nil: each core
@@ -142,7 +147,8 @@ type Core struct {
 	// context went. drained is the journal cursor of AppendPlacements, under drainMu.
 	homes *picker.Homes
 	// prefixes remembers which prompt prefixes this core sent to which engine
-	// (picker.Prefixes), for the move cost of requests that carry marks.
+	// (picker.Prefixes), for the move cost of requests that carry marks; nil without
+	// Config.PrefixMarks (Place and PickHomeHeld then ignore the marks).
 	prefixes *picker.Prefixes
 	drainMu  sync.Mutex
 	drained  uint64
@@ -271,7 +277,10 @@ func New(cfg Config, clock guard.Clock) (*Core, error) {
 		return nil, errors.New("decide: a clock is required (guard.SystemClock in production)")
 	}
 	c := &Core{cfg: cfg, clock: clock, loads: picker.NewLoads(), tickets: newTickets(), states: map[string]*modelState{},
-		homes: picker.NewHomes(homeSlots), prefixes: picker.NewPrefixes(prefixSlots)}
+		homes: picker.NewHomes(homeSlots)}
+	if cfg.PrefixMarks {
+		c.prefixes = picker.NewPrefixes(prefixSlots)
+	}
 	var err error
 	if c.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
 		return nil, err

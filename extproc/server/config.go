@@ -129,7 +129,8 @@ func DefaultConfig(log *slog.Logger) Config {
 func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
 		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor,
-		OverflowEngines: c.OverflowEngines, QuotaAt: c.QuotaAt, PrefillWeight: c.EngineLoad.PrefillWeight, Log: c.Log}
+		OverflowEngines: c.OverflowEngines, QuotaAt: c.QuotaAt, PrefillWeight: c.EngineLoad.PrefillWeight,
+		PrefixMarks: c.Request.Marks, Log: c.Log}
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
