@@ -148,7 +148,7 @@ type Core struct {
 	homes *picker.Homes
 	// prefixes remembers which prompt prefixes this core sent to which engine
 	// (picker.Prefixes), for the move cost of requests that carry marks; nil without
-	// Config.PrefixMarks (Place and PickHomeHeld then ignore the marks).
+	// Config.PrefixMarks (Place and PickFor then ignore the marks).
 	prefixes *picker.Prefixes
 	drainMu  sync.Mutex
 	drained  uint64
@@ -213,7 +213,8 @@ func (c *Core) warmingUp(now time.Time) bool {
 
 // DefaultMoveFactor is the shipped Config.MoveFactor: a conversation stays with its
 // cache until its home holds sixteen prompts' worth more work than the least loaded of its
-// other engines (sticky until busy). On the simulator (docs/results/README.md) 3 prompts
+// other engines (sticky until busy), or until its home has no room in its KV cache for
+// the prompt (the picker then caps the move cost: its package doc's Room). On the simulator (docs/results/README.md) 3 prompts
 // kept more conversations with their cache than one at the same balance, and 6 to 10
 // measured alike. Since the engines' prompts in prefill weigh in their work
 // (ObserveEngineLoad), a busy home shows sooner, and 16 against 6 kept capacity level or
@@ -514,7 +515,8 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	if home >= 0 || c.warmingUp(now) {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
-	res := m.table.PickHomeHeld(req.Key, work, move, home, c.prefixes, req.Marks, buf[:0])
+	res := m.table.PickFor(picker.Ask{Key: req.Key, Work: work, Move: move, Home: home,
+		Prefixes: c.prefixes, Marks: req.Marks, Prompt: prompt}, buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -761,6 +763,9 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 		}
 	}
 	held, kv := l.KVHeld()
+	if kv {
+		o.KVHeld = int64(held)
+	}
 	var rest, mean float64
 	var peerRequests int64
 	if kv {

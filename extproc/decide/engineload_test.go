@@ -101,6 +101,27 @@ func TestObserveEngineLoadWeighsTheTokensHeld(t *testing.T) {
 	}
 }
 
+// The tokens a scrape finds held for running requests bound the room the picker sees for
+// a prompt there (picker.Table.Room), and a failed scrape forgets them.
+func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
+	c := placementCore(t)
+	d := route(t, c, 7)
+	addr := addrOf(d.Engine)
+	table := c.routing.Load().models["a"].table
+	i, ok := table.Lookup(addr)
+	if !ok {
+		t.Fatalf("%s is not in model a's table", addr)
+	}
+	c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 2, KVUsage: 0.6, KVTokens: 100_000})
+	if !table.Room(i, 40_000) || table.Room(i, 40_001) {
+		t.Errorf("60k of 100k held: room for 40k %v, for 40,001 %v; want true, false", table.Room(i, 40_000), table.Room(i, 40_001))
+	}
+	c.ForgetEngineLoad(addr)
+	if !table.Room(i, 100_000) {
+		t.Errorf("after a failed scrape the held tokens still bound the room")
+	}
+}
+
 // Prompts in prefill (looked up, no first token yet) weigh their uncached tokens
 // PrefillWeight times on top of the cache they hold, counted from what the counters said
 // when the engine was last idle, less the share of its lookups the prefix cache served

@@ -54,7 +54,7 @@
 // eviction has taken the context, and the key is placed as a new one.
 // docs/results/README.md has what it bought on the simulator.
 //
-// What a move costs depends on the destination (PickHomeHeld; the sidecar's
+// What a move costs depends on the destination (PickFor, Ask.Marks; the sidecar's
 // request.prefix_marks, off by default): the move cost stands for
 // the prompt an engine without it must prefill again, and an engine that holds the
 // prompt's opening (a system prompt every conversation shares) redoes only the rest.
@@ -64,6 +64,23 @@
 // cost for the share of the prompt's marks it is not known to hold. This is the
 // approximate prefix index of llm-d's router, fed by this process's own placements, used
 // only to price a move: the key's order and its home still decide where a key stays.
+//
+// Room (Ask.Prompt; the decision core states the prompt's tokens): vLLM starts a waiting
+// request only when the KV blocks of its prompt fit beside those its running requests hold,
+// and the head of its queue blocks those behind it (vllm/v1/core/sched/scheduler.py,
+// schedule: allocate_slots fails and the request waits). A request sent to an engine
+// without room waits until running requests finish their decode, which can take a minute
+// when a few long prompts fill the cache (agentic sessions of 100k tokens on an A100 hold
+// two thirds of it each), where a prefill queue of the same tokens takes seconds. Table.Room
+// compares the tokens the engine's running requests hold, as last scraped
+// (Observation.KVHeld: vLLM's kv_cache_usage_perc of its cache_config_info size), with the
+// cache's size less the prompt. The least-work choice and overflow charge a candidate
+// without room a cache's worth of work (the cache's size stands for a time, as for
+// overflow). A home without room keeps its key for a move cost of at most a cache, and
+// one that would have to free a quarter or more of what its running requests hold before
+// the prompt fits (waiting on most of them) for at most the prompt itself: staying there
+// saves no more than the prompt's prefill elsewhere. docs/results/README.md has what it
+// measured.
 //
 // Overflow (pooling across the plan's boundary, per request): a table may also hold
 // overflow endpoints (Endpoint.Overflow), engines its node has no share of, unranked. The

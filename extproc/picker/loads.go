@@ -21,7 +21,10 @@ type counter struct {
 	q atomic.Int64
 	// p is the work the node's other sidecars hold in flight on the endpoint, as they
 	// last sent it (SetPeers); bounded loads and the least-work choice count it with w.
-	p  atomic.Int64
+	p atomic.Int64
+	// h is the KV tokens the engine's running requests hold, as last observed
+	// (Observation.KVHeld), for Table.Room; kept 0 while kc is 0.
+	h  atomic.Int64
 	id uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
 	_  [4]byte
 }
@@ -132,8 +135,9 @@ func (l *Loads) observer(addr string, create bool) *counter {
 
 // SetKVWritten records the tokens the engine at addr has written into its KV cache since
 // it started and the cache's capacity in tokens (enginemetrics.Load.KVWritten and
-// KVTokens), as a scrape last read them; a capacity of 0 forgets both, and Homes then
-// keeps the engine's placements until they are replaced. It takes the Loads' mutex: call
+// KVTokens), as a scrape last read them; a capacity of 0 forgets both and the tokens held
+// (Observation.KVHeld), Homes then keeps the engine's placements until they are replaced,
+// and Table.Room finds room there. It takes the Loads' mutex: call
 // it from an observer, not per request.
 func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 	if capacity <= 0 || written < 0 {
@@ -142,6 +146,9 @@ func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 	if c := l.observer(addr, capacity != 0); c != nil {
 		c.kw.Store(written)
 		c.kc.Store(capacity)
+		if capacity == 0 {
+			c.h.Store(0)
+		}
 	}
 }
 
@@ -150,6 +157,9 @@ func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 type Observation struct {
 	KVWritten, KVCapacity int64
 	Waiting               int64
+	// KVHeld is the tokens the engine's KV cache holds for its running requests
+	// (enginemetrics.Load.KVHeld), 0 when unknown; it counts only with KVCapacity.
+	KVHeld int64
 }
 
 // Observe records o for addr, as SetKVWritten and SetWaiting do, and then the work
@@ -162,6 +172,7 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 		o.KVWritten, o.KVCapacity = 0, 0
 	}
 	o.Waiting = max(o.Waiting, 0)
+	o.KVHeld = min(max(o.KVHeld, 0), o.KVCapacity)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.byAddr[addr]
@@ -178,6 +189,7 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 	c.kw.Store(o.KVWritten)
 	c.kc.Store(o.KVCapacity)
 	c.q.Store(o.Waiting)
+	c.h.Store(o.KVHeld)
 	c.x.Store(x)
 }
 

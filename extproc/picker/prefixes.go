@@ -6,7 +6,7 @@ import "sync/atomic"
 // (prefix mark, endpoint), the endpoint's cache stamp when a request whose prompt holds that
 // mark was last sent there. A mark is the chained hash of a prompt's bytes up to a fixed
 // depth (extproc/request's Marks), so a mark stands for the whole prefix before it. It is
-// what Table.PickHomeHeld charges a candidate for taking a key from its home: the move cost
+// what Table.PickFor charges a candidate for taking a key from its home: the move cost
 // scaled by the share of the prompt's marks the candidate is not known to hold. Without it
 // every engine but the home is charged as if it held none of the prompt, which on a
 // workload whose prompts open with one long shared system prompt (every engine holds it)

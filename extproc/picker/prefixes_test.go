@@ -34,10 +34,10 @@ func TestPrefixesHoldWhatWasSentUntilTheCacheTurnsOver(t *testing.T) {
 	}
 }
 
-// PickHomeHeld charges a candidate the move cost for the share of the prompt it lacks: a key
+// PickFor charges a candidate the move cost for the share of the prompt it lacks: a key
 // whose busy home holds the whole prompt leaves it for an engine that holds most of it at
 // a cost PickHome (all of the move for every other engine) would not pay.
-func TestPickHomeHeldChargesWhatTheCandidateLacks(t *testing.T) {
+func TestPickForChargesWhatTheCandidateLacks(t *testing.T) {
 	cfg := testConfig()
 	cfg.Epsilon = 10 // bounded loads out of the way
 	cfg.SpillFloor = 1_000
@@ -56,10 +56,10 @@ func TestPickHomeHeldChargesWhatTheCandidateLacks(t *testing.T) {
 	if r := tb.PickHome(key, 1_000, move, home, nil); r.Order[0] != home {
 		t.Fatalf("PickHome: primary %d, want the home %d (a move costs %d, the home holds 20k)", r.Order[0], home, move)
 	}
-	if r := tb.PickHomeHeld(key, 1_000, move, home, p, marks, nil); r.Order[0] != next || !r.Spilled {
-		t.Errorf("PickHomeHeld: primary %d (spilled %v), want %d, which lacks a quarter of the prompt (a 10k move)", r.Order[0], r.Spilled, next)
+	if r := tb.PickFor(Ask{Key: key, Work: 1_000, Move: move, Home: home, Prefixes: p, Marks: marks}, nil); r.Order[0] != next || !r.Spilled {
+		t.Errorf("PickFor: primary %d (spilled %v), want %d, which lacks a quarter of the prompt (a 10k move)", r.Order[0], r.Spilled, next)
 	}
-	if r := tb.PickHomeHeld(key, 1_000, move, home, p, marks[3:], nil); r.Order[0] != home {
+	if r := tb.PickFor(Ask{Key: key, Work: 1_000, Move: move, Home: home, Prefixes: p, Marks: marks[3:]}, nil); r.Order[0] != home {
 		t.Errorf("a prompt of the last mark only, which %d lacks: primary %d, want the home %d", next, r.Order[0], home)
 	}
 }

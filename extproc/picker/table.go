@@ -174,6 +174,26 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 	return t.PickHome(key, work, move, -1, dst)
 }
 
+// Ask is one request as PickFor weighs it: Pick's and PickHome's arguments, and what
+// prices a move by the candidate and the room its cache has for the prompt.
+type Ask struct {
+	Key uint64
+	// Work is the request's work and Move the cost of leaving the key's cache (Pick).
+	Work, Move int64
+	// Home is the endpoint the key's last request went to, -1 when none is known
+	// (PickHome).
+	Home int
+	// Prefixes and Marks charge each candidate but the home the share of Move that stands
+	// for the prompt's marks Prefixes does not record it as holding (Prefixes.Held), where
+	// without them every candidate but the home is charged all of Move.
+	Prefixes *Prefixes
+	Marks    []uint64
+	// Prompt is the prompt's tokens, for the room its KV blocks need (Room); 0 asks for
+	// none. A candidate without room is charged a cache's worth of work, and a home
+	// without room keeps the key for a smaller move cost (the package doc's Room).
+	Prompt int64
+}
+
 // PickHome is Pick for a key whose last request went to endpoint home (Homes.Lookup; -1:
 // none known). The home takes the place of the key's first endpoint in the least-work
 // choice: it keeps the key while it holds less than Config.SpillFloor, and past the floor
@@ -181,25 +201,34 @@ func (t *Table) Pick(key uint64, work, move int64, dst []int) Result {
 // their bound is ignored by the choice. Result.Spilled then says the home (when Pick
 // examined it) is not the primary.
 func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
-	return t.PickHomeHeld(key, work, move, home, nil, nil, dst)
+	return t.PickFor(Ask{Key: key, Work: work, Move: move, Home: home}, dst)
 }
 
-// PickHomeHeld is PickHome with each candidate charged by what it lacks of the prompt: move
-// x the share of marks (the prompt's prefix marks, extproc/request's Marks) that prefixes
-// does not record it as holding (Prefixes.Held), where PickHome charges every candidate
-// but the home all of move. With no prefixes or no marks it is PickHome.
-func (t *Table) PickHomeHeld(key uint64, work, move int64, home int, prefixes *Prefixes, marks []uint64, dst []int) Result {
+// PickFor is PickHome with what Ask adds: each candidate charged by what it lacks of the
+// prompt (Ask.Marks) and by the room its cache has for it (Ask.Prompt). With none of
+// them it is PickHome.
+func (t *Table) PickFor(a Ask, dst []int) Result {
 	dst = dst[:0]
 	if t.n == 0 {
 		return Result{Order: dst}
 	}
+	key, work, move, home := a.Key, a.Work, a.Move, a.Home
 	var seen, over [MaxExamined]uint16
 	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work, move = max(work, 1), max(move, 0)
-	mv := charge{move: move}
-	if prefixes != nil && len(marks) > 0 && move > 0 {
-		mv.prefixes, mv.marks = prefixes, marks
+	mv := charge{move: move, prompt: max(a.Prompt, 0)}
+	if mv.prompt > 0 && home >= 0 && home < len(t.eps) && !t.Room(home, mv.prompt) {
+		// The home would hold the request until requests it runs finish: staying saves at
+		// most the prompt's prefill elsewhere.
+		mv.move = min(mv.move, t.ctr[home].kc.Load())
+		if t.waitsLong(home, mv.prompt) {
+			mv.move = min(mv.move, mv.prompt)
+		}
+		move = mv.move
+	}
+	if a.Prefixes != nil && len(a.Marks) > 0 && move > 0 {
+		mv.prefixes, mv.marks = a.Prefixes, a.Marks
 	}
 	total := float64(t.total.inFlight() + work)
 	b := uint32(mix(key) >> t.shift)
@@ -282,7 +311,7 @@ func (t *Table) overflow(p, usual int, work int64, move charge, home int) int {
 		if fill, ok := t.CacheFill(p, work); !ok || fill <= t.cfg.OverflowAt {
 			return -1 // the primary holds the request without queueing it (or its cache is unknown)
 		}
-		cost = t.ctr[p].load() + work
+		cost = t.ctr[p].load() + work + move.full(t, p)
 		if p != usual || home >= t.n {
 			cost += move.at(t, p)
 		}
@@ -293,7 +322,7 @@ func (t *Table) overflow(p, usual int, work int64, move charge, home int) int {
 		if c.n.Load() >= t.limit[o] || c.kc.Load() <= 0 {
 			continue
 		}
-		w := c.load() + work
+		w := c.load() + work + move.full(t, o)
 		if o != home {
 			w += max(move.at(t, o), work)
 		}
@@ -313,12 +342,12 @@ func (t *Table) leastWork(order []int, work int64, move charge, home int) {
 	w0 := t.ctr[order[h]].load()
 	best := h
 	if w0 >= t.cfg.SpillFloor {
-		cost := float64(w0+work) / t.bound[order[h]]
+		cost := float64(w0+work+move.full(t, order[h])) / t.bound[order[h]]
 		for j, c := range order {
 			if j == h {
 				continue
 			}
-			if v := float64(t.ctr[c].load()+work+move.at(t, c)) / t.bound[c]; v < cost {
+			if v := float64(t.ctr[c].load()+work+move.at(t, c)+move.full(t, c)) / t.bound[c]; v < cost {
 				best, cost = j, v
 			}
 		}
@@ -418,11 +447,44 @@ func (t *Table) CacheFill(i int, work int64) (float64, bool) {
 func (t *Table) Waiting(i int) int64 { return t.ctr[i].q.Load() }
 
 // charge is the move cost Pick charges a candidate that is not the key's home: all of move,
-// or, with prefixes and marks, the share of the prompt's marks the candidate lacks.
+// or, with prefixes and marks, the share of the prompt's marks the candidate lacks; and
+// what it charges a candidate without room for the prompt (full).
 type charge struct {
 	move     int64
+	prompt   int64 // Ask.Prompt: 0 checks no room
 	prefixes *Prefixes
 	marks    []uint64
+}
+
+// full is what the least-work choice and overflow charge endpoint i when its cache has no
+// room for the prompt (Room): its cache's size in tokens, as work; 0 when it has room.
+func (c charge) full(t *Table, i int) int64 {
+	if c.prompt == 0 || t.Room(i, c.prompt) {
+		return 0
+	}
+	return t.ctr[i].kc.Load()
+}
+
+// Room reports whether endpoint i's KV cache, as last observed (Observation), has room for
+// tokens more beside what its running requests hold; true when its size is unknown.
+func (t *Table) Room(i int, tokens int64) bool {
+	c := t.ctr[i]
+	kc := c.kc.Load()
+	return kc <= 0 || c.h.Load()+tokens <= kc
+}
+
+// waitsLong reports whether endpoint i would start a prompt of the given tokens only
+// after its running requests free a quarter or more of what they hold: past its room, by
+// at least that much.
+func (t *Table) waitsLong(i int, tokens int64) bool {
+	c := t.ctr[i]
+	kc := c.kc.Load()
+	if kc <= 0 {
+		return false
+	}
+	h := c.h.Load()
+	over := h + tokens - kc
+	return over > 0 && 4*over >= h
 }
 
 func (c charge) at(t *Table, i int) int64 {

@@ -1,0 +1,116 @@
+package picker
+
+import "testing"
+
+// observeKV records a scrape of endpoint i: a cache of capacity tokens whose running
+// requests hold held of them, and no work of other routers.
+func observeKV(loads *Loads, tb *Table, i int, held, capacity int64) {
+	loads.Observe(tb.Endpoint(i).Address, Observation{KVCapacity: capacity, KVHeld: held},
+		func(int64, int64, int64) int64 { return 0 })
+}
+
+// Room is what the running requests leave of the cache, as last scraped; an engine whose
+// cache's size is unknown (never scraped, or forgotten) has room.
+func TestRoomIsWhatTheRunningRequestsLeave(t *testing.T) {
+	loads := NewLoads()
+	tb := mustTable(t, testConfig(), fleet(2, equal), loads)
+	if !tb.Room(0, 1<<40) {
+		t.Errorf("an engine never scraped has no room")
+	}
+	observeKV(loads, tb, 0, 60_000, 100_000)
+	if !tb.Room(0, 40_000) || tb.Room(0, 40_001) {
+		t.Errorf("60k held of 100k: room for 40k %v (want true), for 40,001 %v (want false)",
+			tb.Room(0, 40_000), tb.Room(0, 40_001))
+	}
+	observeKV(loads, tb, 0, 250_000, 100_000)
+	if !tb.Room(0, 0) || tb.Room(0, 1) {
+		t.Errorf("a scrape holding more than the cache counts as full: room for 0 %v, for 1 %v", tb.Room(0, 0), tb.Room(0, 1))
+	}
+	loads.SetKVWritten(tb.Endpoint(0).Address, 0, 0) // the failed scrape's forget
+	if !tb.Room(0, 1<<40) {
+		t.Errorf("a forgotten cache still bounds the room")
+	}
+	observeKV(loads, tb, 0, 0, 100_000)
+	if !tb.Room(0, 100_000) {
+		t.Errorf("the held tokens outlived the forget: no room for a cache's worth in an empty cache")
+	}
+}
+
+// roomFleet is two endpoints of equal weight with bounded loads out of the way, a
+// 100,000-token cache each, and the first key (in the order every table gives it) whose
+// first endpoint is a: a, b and the key.
+func roomFleet(t *testing.T) (*Table, *Loads, int, int, uint64) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Epsilon = 10
+	cfg.SpillFloor = 1_000
+	loads := NewLoads()
+	tb := mustTable(t, cfg, fleet(2, equal), loads)
+	const key = 0xabcdef
+	order := tb.Pick(key, 1_000, 0, nil).Order
+	a, b := order[0], order[1]
+	observeKV(loads, tb, a, 0, 100_000)
+	observeKV(loads, tb, b, 0, 100_000)
+	return tb, loads, a, b, key
+}
+
+// A new key goes where the least work is, unless that engine's cache has no room for its
+// prompt: it would wait there until running requests finish, and is charged a cache of
+// work for it.
+func TestACandidateWithoutRoomIsChargedACache(t *testing.T) {
+	tb, loads, a, b, key := roomFleet(t)
+	ta, tb2 := tb.Start(a, 10_000), tb.Start(b, 30_000)
+	defer ta.Done()
+	defer tb2.Done()
+	observeKV(loads, tb, a, 80_000, 100_000)
+	if got := tb.PickFor(Ask{Key: key, Work: 1_000, Home: -1}, nil).Order[0]; got != a {
+		t.Fatalf("without a prompt to place: primary %d, want %d, which holds less work", got, a)
+	}
+	if got := tb.PickFor(Ask{Key: key, Work: 1_000, Home: -1, Prompt: 30_000}, nil).Order[0]; got != b {
+		t.Errorf("a 30k prompt: primary %d, want %d (%d holds 80k of its 100k cache)", got, b, a)
+	}
+	if got := tb.PickFor(Ask{Key: key, Work: 1_000, Home: -1, Prompt: 20_000}, nil).Order[0]; got != a {
+		t.Errorf("a 20k prompt, which fits: primary %d, want %d", got, a)
+	}
+}
+
+// A home without room for the prompt keeps its key for no more than a cache's worth of
+// move cost; one that would have to free a quarter or more of what its running requests
+// hold, for no more than the prompt's.
+func TestAHomeWithoutRoomKeepsItsKeyForLess(t *testing.T) {
+	t.Run("the cache caps the move", func(t *testing.T) {
+		tb, loads, a, b, key := roomFleet(t)
+		tk := tb.Start(a, 50_000)
+		defer tk.Done()
+		const prompt = 20_000
+		ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
+		observeKV(loads, tb, a, 70_000, 100_000)
+		if got := tb.PickFor(ask, nil).Order[0]; got != a {
+			t.Errorf("a home with room: primary %d, want the home %d", got, a)
+		}
+		observeKV(loads, tb, a, 85_000, 100_000) // 5k past its room: a short wait
+		if got := tb.PickFor(ask, nil).Order[0]; got != b {
+			t.Errorf("a home 5k short of room: primary %d, want %d (a move costs a cache, 100k)", got, b)
+		}
+		ask.Prompt = 0
+		if got := tb.PickFor(ask, nil).Order[0]; got != a {
+			t.Errorf("with no prompt stated: primary %d, want the home %d", got, a)
+		}
+	})
+	t.Run("the prompt caps the move", func(t *testing.T) {
+		tb, loads, a, b, key := roomFleet(t)
+		ta, tb2 := tb.Start(a, 50_000), tb.Start(b, 100_000)
+		defer ta.Done()
+		defer tb2.Done()
+		const prompt = 40_000
+		ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
+		observeKV(loads, tb, a, 70_000, 100_000) // 10k past its room, under a quarter of 70k
+		if got := tb.PickFor(ask, nil).Order[0]; got != a {
+			t.Errorf("a home 10k short of room: primary %d, want the home %d (a move costs 100k on 100k more work)", got, a)
+		}
+		observeKV(loads, tb, a, 90_000, 100_000) // 30k past its room: a third of what it holds
+		if got := tb.PickFor(ask, nil).Order[0]; got != b {
+			t.Errorf("a home 30k short of room: primary %d, want %d (a move costs the 40k prompt)", got, b)
+		}
+	})
+}
