@@ -213,8 +213,9 @@ func (c *Core) warmingUp(now time.Time) bool {
 
 // DefaultMoveFactor is the shipped Config.MoveFactor: a conversation stays with its
 // cache until its home holds sixteen prompts' worth more work than the least loaded of its
-// other engines (sticky until busy), or until its home has no room in its KV cache for
-// the prompt (the picker then caps the move cost: its package doc's Room). On the simulator (docs/results/README.md) 3 prompts
+// other engines (sticky until busy), or until its home is far from room in its KV cache
+// for the prompt (the picker then caps the move cost at the prompt: its package doc's
+// Room). On the simulator (docs/results/README.md) 3 prompts
 // kept more conversations with their cache than one at the same balance, and 6 to 10
 // measured alike. Since the engines' prompts in prefill weigh in their work
 // (ObserveEngineLoad), a busy home shows sooner, and 16 against 6 kept capacity level or

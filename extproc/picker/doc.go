@@ -76,11 +76,13 @@
 // (Observation.KVHeld: vLLM's kv_cache_usage_perc of its cache_config_info size), with the
 // cache's size less the prompt. The least-work choice and overflow charge a candidate
 // without room a cache's worth of work (the cache's size stands for a time, as for
-// overflow). A home without room keeps its key for a move cost of at most a cache, and
-// one that would have to free a quarter or more of what its running requests hold before
-// the prompt fits (waiting on most of them) for at most the prompt itself: staying there
-// saves no more than the prompt's prefill elsewhere. docs/results/README.md has what it
-// measured.
+// overflow). A home that would have to free a quarter or more of what its running
+// requests hold before the prompt fits keeps its key for a move cost of at most the
+// prompt itself: waiting there on most of its running requests saves no more than the
+// prompt's prefill elsewhere. A home a little short of room (a few of many running
+// requests to finish, as under bursts of short prompts) keeps the move cost: it is
+// charged the cache, and moving costs the key its context. docs/results/README.md has
+// what each measured.
 //
 // Overflow (pooling across the plan's boundary, per request): a table may also hold
 // overflow endpoints (Endpoint.Overflow), engines its node has no share of, unranked. The

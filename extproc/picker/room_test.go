@@ -74,43 +74,26 @@ func TestACandidateWithoutRoomIsChargedACache(t *testing.T) {
 	}
 }
 
-// A home without room for the prompt keeps its key for no more than a cache's worth of
-// move cost; one that would have to free a quarter or more of what its running requests
-// hold, for no more than the prompt's.
-func TestAHomeWithoutRoomKeepsItsKeyForLess(t *testing.T) {
-	t.Run("the cache caps the move", func(t *testing.T) {
-		tb, loads, a, b, key := roomFleet(t)
-		tk := tb.Start(a, 50_000)
-		defer tk.Done()
-		const prompt = 20_000
-		ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
-		observeKV(loads, tb, a, 70_000, 100_000)
-		if got := tb.PickFor(ask, nil).Order[0]; got != a {
-			t.Errorf("a home with room: primary %d, want the home %d", got, a)
-		}
-		observeKV(loads, tb, a, 85_000, 100_000) // 5k past its room: a short wait
-		if got := tb.PickFor(ask, nil).Order[0]; got != b {
-			t.Errorf("a home 5k short of room: primary %d, want %d (a move costs a cache, 100k)", got, b)
-		}
-		ask.Prompt = 0
-		if got := tb.PickFor(ask, nil).Order[0]; got != a {
-			t.Errorf("with no prompt stated: primary %d, want the home %d", got, a)
-		}
-	})
-	t.Run("the prompt caps the move", func(t *testing.T) {
-		tb, loads, a, b, key := roomFleet(t)
-		ta, tb2 := tb.Start(a, 50_000), tb.Start(b, 100_000)
-		defer ta.Done()
-		defer tb2.Done()
-		const prompt = 40_000
-		ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
-		observeKV(loads, tb, a, 70_000, 100_000) // 10k past its room, under a quarter of 70k
-		if got := tb.PickFor(ask, nil).Order[0]; got != a {
-			t.Errorf("a home 10k short of room: primary %d, want the home %d (a move costs 100k on 100k more work)", got, a)
-		}
-		observeKV(loads, tb, a, 90_000, 100_000) // 30k past its room: a third of what it holds
-		if got := tb.PickFor(ask, nil).Order[0]; got != b {
-			t.Errorf("a home 30k short of room: primary %d, want %d (a move costs the 40k prompt)", got, b)
-		}
-	})
+// A home that would have to free a quarter or more of what its running requests hold
+// before the prompt fits keeps its key for a move cost of at most the prompt; one a
+// little short of room keeps the whole move cost (and is charged its cache).
+func TestAHomeFarFromRoomKeepsItsKeyForThePrompt(t *testing.T) {
+	tb, loads, a, b, key := roomFleet(t)
+	ta, tb2 := tb.Start(a, 50_000), tb.Start(b, 100_000)
+	defer ta.Done()
+	defer tb2.Done()
+	const prompt = 40_000
+	ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
+	observeKV(loads, tb, a, 70_000, 100_000) // 10k short of room, under a quarter of 70k
+	if got := tb.PickFor(ask, nil).Order[0]; got != a {
+		t.Errorf("a home 10k short of room: primary %d, want the home %d (a move costs 640k)", got, a)
+	}
+	observeKV(loads, tb, a, 90_000, 100_000) // 30k short: a third of what it holds
+	if got := tb.PickFor(ask, nil).Order[0]; got != b {
+		t.Errorf("a home 30k short of room: primary %d, want %d (a move costs the 40k prompt, the home 100k more)", got, b)
+	}
+	ask.Prompt = 0
+	if got := tb.PickFor(ask, nil).Order[0]; got != a {
+		t.Errorf("with no prompt stated: primary %d, want the home %d", got, a)
+	}
 }

@@ -190,7 +190,8 @@ type Ask struct {
 	Marks    []uint64
 	// Prompt is the prompt's tokens, for the room its KV blocks need (Room); 0 asks for
 	// none. A candidate without room is charged a cache's worth of work, and a home
-	// without room keeps the key for a smaller move cost (the package doc's Room).
+	// far from room keeps the key for a move cost of at most the prompt (the package
+	// doc's Room).
 	Prompt int64
 }
 
@@ -218,13 +219,10 @@ func (t *Table) PickFor(a Ask, dst []int) Result {
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work, move = max(work, 1), max(move, 0)
 	mv := charge{move: move, prompt: max(a.Prompt, 0)}
-	if mv.prompt > 0 && home >= 0 && home < len(t.eps) && !t.Room(home, mv.prompt) {
-		// The home would hold the request until requests it runs finish: staying saves at
-		// most the prompt's prefill elsewhere.
-		mv.move = min(mv.move, t.ctr[home].kc.Load())
-		if t.waitsLong(home, mv.prompt) {
-			mv.move = min(mv.move, mv.prompt)
-		}
+	if mv.prompt > 0 && home >= 0 && home < len(t.eps) && t.waitsLong(home, mv.prompt) {
+		// The home would hold the request until most of the requests it runs finish:
+		// staying saves at most the prompt's prefill elsewhere.
+		mv.move = min(mv.move, mv.prompt)
 		move = mv.move
 	}
 	if a.Prefixes != nil && len(a.Marks) > 0 && move > 0 {
