@@ -516,7 +516,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	if home >= 0 || c.warmingUp(now) {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
-	res := m.table.PickFor(picker.Ask{Key: req.Key, Work: work, Move: move, Home: home,
+	res := m.table.PickFor(&picker.Ask{Key: req.Key, Work: work, Move: move, Home: home,
 		Prefixes: c.prefixes, Marks: req.Marks, Prompt: prompt}, buf[:0])
 	if req.HasSubset {
 		var ok bool

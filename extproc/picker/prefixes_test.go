@@ -56,10 +56,10 @@ func TestPickForChargesWhatTheCandidateLacks(t *testing.T) {
 	if r := tb.PickHome(key, 1_000, move, home, nil); r.Order[0] != home {
 		t.Fatalf("PickHome: primary %d, want the home %d (a move costs %d, the home holds 20k)", r.Order[0], home, move)
 	}
-	if r := tb.PickFor(Ask{Key: key, Work: 1_000, Move: move, Home: home, Prefixes: p, Marks: marks}, nil); r.Order[0] != next || !r.Spilled {
+	if r := tb.PickFor(&Ask{Key: key, Work: 1_000, Move: move, Home: home, Prefixes: p, Marks: marks}, nil); r.Order[0] != next || !r.Spilled {
 		t.Errorf("PickFor: primary %d (spilled %v), want %d, which lacks a quarter of the prompt (a 10k move)", r.Order[0], r.Spilled, next)
 	}
-	if r := tb.PickFor(Ask{Key: key, Work: 1_000, Move: move, Home: home, Prefixes: p, Marks: marks[3:]}, nil); r.Order[0] != home {
+	if r := tb.PickFor(&Ask{Key: key, Work: 1_000, Move: move, Home: home, Prefixes: p, Marks: marks[3:]}, nil); r.Order[0] != home {
 		t.Errorf("a prompt of the last mark only, which %d lacks: primary %d, want the home %d", next, r.Order[0], home)
 	}
 }

@@ -63,13 +63,13 @@ func TestACandidateWithoutRoomIsChargedACache(t *testing.T) {
 	defer ta.Done()
 	defer tb2.Done()
 	observeKV(loads, tb, a, 80_000, 100_000)
-	if got := tb.PickFor(Ask{Key: key, Work: 1_000, Home: -1}, nil).Order[0]; got != a {
+	if got := tb.PickFor(&Ask{Key: key, Work: 1_000, Home: -1}, nil).Order[0]; got != a {
 		t.Fatalf("without a prompt to place: primary %d, want %d, which holds less work", got, a)
 	}
-	if got := tb.PickFor(Ask{Key: key, Work: 1_000, Home: -1, Prompt: 30_000}, nil).Order[0]; got != b {
+	if got := tb.PickFor(&Ask{Key: key, Work: 1_000, Home: -1, Prompt: 30_000}, nil).Order[0]; got != b {
 		t.Errorf("a 30k prompt: primary %d, want %d (%d holds 80k of its 100k cache)", got, b, a)
 	}
-	if got := tb.PickFor(Ask{Key: key, Work: 1_000, Home: -1, Prompt: 20_000}, nil).Order[0]; got != a {
+	if got := tb.PickFor(&Ask{Key: key, Work: 1_000, Home: -1, Prompt: 20_000}, nil).Order[0]; got != a {
 		t.Errorf("a 20k prompt, which fits: primary %d, want %d", got, a)
 	}
 }
@@ -85,15 +85,15 @@ func TestAHomeFarFromRoomKeepsItsKeyForThePrompt(t *testing.T) {
 	const prompt = 40_000
 	ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
 	observeKV(loads, tb, a, 70_000, 100_000) // 10k short of room, under a quarter of 70k
-	if got := tb.PickFor(ask, nil).Order[0]; got != a {
+	if got := tb.PickFor(&ask, nil).Order[0]; got != a {
 		t.Errorf("a home 10k short of room: primary %d, want the home %d (a move costs 640k)", got, a)
 	}
 	observeKV(loads, tb, a, 90_000, 100_000) // 30k short: a third of what it holds
-	if got := tb.PickFor(ask, nil).Order[0]; got != b {
+	if got := tb.PickFor(&ask, nil).Order[0]; got != b {
 		t.Errorf("a home 30k short of room: primary %d, want %d (a move costs the 40k prompt, the home 100k more)", got, b)
 	}
 	ask.Prompt = 0
-	if got := tb.PickFor(ask, nil).Order[0]; got != a {
+	if got := tb.PickFor(&ask, nil).Order[0]; got != a {
 		t.Errorf("with no prompt stated: primary %d, want the home %d", got, a)
 	}
 }

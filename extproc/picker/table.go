@@ -202,13 +202,13 @@ type Ask struct {
 // their bound is ignored by the choice. Result.Spilled then says the home (when Pick
 // examined it) is not the primary.
 func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
-	return t.PickFor(Ask{Key: key, Work: work, Move: move, Home: home}, dst)
+	return t.PickFor(&Ask{Key: key, Work: work, Move: move, Home: home}, dst)
 }
 
 // PickFor is PickHome with what Ask adds: each candidate charged by what it lacks of the
 // prompt (Ask.Marks) and by the room its cache has for it (Ask.Prompt). With none of
 // them it is PickHome.
-func (t *Table) PickFor(a Ask, dst []int) Result {
+func (t *Table) PickFor(a *Ask, dst []int) Result {
 	dst = dst[:0]
 	if t.n == 0 {
 		return Result{Order: dst}
@@ -267,13 +267,13 @@ func (t *Table) PickFor(a Ask, dst []int) Result {
 	if len(dst) == 0 {
 		// Every ranked endpoint examined is at its hard cap: an overflow endpoint with room
 		// takes the request rather than the caller shedding it.
-		if o := t.overflow(-1, -1, work, mv, home); o >= 0 {
+		if o := t.overflow(-1, -1, work, &mv, home); o >= 0 {
 			return Result{Order: append(dst, o), Spilled: true, Overflowed: true}
 		}
 		return Result{Order: dst, Spilled: true, AtLimit: true}
 	}
 	if within > 1 {
-		t.leastWork(dst[:within], work, mv, home)
+		t.leastWork(dst[:within], work, &mv, home)
 	}
 	// The key's usual engine is its home when Pick examined it, else its first.
 	usual := int(seen[0])
@@ -281,7 +281,7 @@ func (t *Table) PickFor(a Ask, dst []int) Result {
 		usual = home
 	}
 	if len(t.eps) > t.n {
-		if o := t.overflow(dst[0], usual, work, mv, home); o >= 0 {
+		if o := t.overflow(dst[0], usual, work, &mv, home); o >= 0 {
 			if len(dst) > t.cfg.Fallbacks { // the list holds at most Fallbacks+1
 				dst = dst[:t.cfg.Fallbacks]
 			}
@@ -303,7 +303,7 @@ func (t *Table) PickFor(a Ask, dst []int) Result {
 // whose cache size is unknown takes none (a failed scrape would make it look empty). p is
 // -1 when every ranked endpoint is at its hard cap: then any overflow endpoint below its
 // own cap will do.
-func (t *Table) overflow(p, usual int, work int64, move charge, home int) int {
+func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 	cost := int64(math.MaxInt64)
 	if p >= 0 {
 		if fill, ok := t.CacheFill(p, work); !ok || fill <= t.cfg.OverflowAt {
@@ -335,7 +335,7 @@ func (t *Table) overflow(p, usual int, work int64, move charge, home int) int {
 // order) the one that would hold the least work relative to its share after taking the
 // request, charging move to all but the home (the key's first unless home is in order);
 // see Pick and PickHome.
-func (t *Table) leastWork(order []int, work int64, move charge, home int) {
+func (t *Table) leastWork(order []int, work int64, move *charge, home int) {
 	h := max(slices.Index(order, home), 0)
 	w0 := t.ctr[order[h]].load()
 	best := h
