@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -21,12 +22,12 @@ type counter struct {
 	q atomic.Int64
 	// p is the work the node's other sidecars hold in flight on the endpoint, as they
 	// last sent it (SetPeers); bounded loads and the least-work choice count it with w.
-	p atomic.Int64
-	// h is the KV tokens the engine's running requests hold, as last observed
-	// (Observation.KVHeld), for Table.Room; kept 0 while kc is 0.
-	h  atomic.Int64
+	p  atomic.Int64
 	id uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
-	_  [4]byte
+	// h is the KV tokens the engine's running requests hold, as last observed
+	// (Observation.KVHeld, at most math.MaxInt32), for Table.Room; kept 0 while kc is 0.
+	// 32 bits keep the counter in one 64-byte line.
+	h atomic.Int32
 }
 
 // stamp is what Homes stores with a placement on this endpoint: the cache's writes when
@@ -189,7 +190,7 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 	c.kw.Store(o.KVWritten)
 	c.kc.Store(o.KVCapacity)
 	c.q.Store(o.Waiting)
-	c.h.Store(o.KVHeld)
+	c.h.Store(int32(min(o.KVHeld, math.MaxInt32)))
 	c.x.Store(x)
 }
 

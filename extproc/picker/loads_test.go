@@ -3,7 +3,16 @@ package picker
 import (
 	"slices"
 	"testing"
+	"unsafe"
 )
+
+// A counter fills one 64-byte cache line: picks on different endpoints do not share
+// lines, and a pick that reads one counter loads one line.
+func TestACounterIsOneCacheLine(t *testing.T) {
+	if got := unsafe.Sizeof(counter{}); got != 64 {
+		t.Errorf("counter is %d bytes, want 64", got)
+	}
+}
 
 // TestObserveRecordsAScrape: Observe stores what SetKVWritten, SetWaiting and SetObserved
 // would, hands others this process's and its peers' figures on the address, and makes a

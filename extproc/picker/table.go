@@ -456,7 +456,7 @@ type charge struct {
 
 // full is what the least-work choice and overflow charge endpoint i when its cache has no
 // room for the prompt (Room): its cache's size in tokens, as work; 0 when it has room.
-func (c charge) full(t *Table, i int) int64 {
+func (c *charge) full(t *Table, i int) int64 {
 	if c.prompt == 0 || t.Room(i, c.prompt) {
 		return 0
 	}
@@ -468,7 +468,7 @@ func (c charge) full(t *Table, i int) int64 {
 func (t *Table) Room(i int, tokens int64) bool {
 	c := t.ctr[i]
 	kc := c.kc.Load()
-	return kc <= 0 || c.h.Load()+tokens <= kc
+	return kc <= 0 || int64(c.h.Load())+tokens <= kc
 }
 
 // waitsLong reports whether endpoint i would start a prompt of the given tokens only
@@ -480,12 +480,12 @@ func (t *Table) waitsLong(i int, tokens int64) bool {
 	if kc <= 0 {
 		return false
 	}
-	h := c.h.Load()
+	h := int64(c.h.Load())
 	over := h + tokens - kc
 	return over > 0 && 4*over >= h
 }
 
-func (c charge) at(t *Table, i int) int64 {
+func (c *charge) at(t *Table, i int) int64 {
 	if c.prefixes == nil {
 		return c.move
 	}
