@@ -224,9 +224,7 @@ func (c *Config) ladder() keyLadder {
 // depth taken at the trace block it ends in (trace.BlockTokens tokens a block, at least
 // the first).
 func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (fixed, key, parent uint64) {
-	at := func(tokens int) uint64 {
-		return mix(blocks[min(len(blocks), max(1, tokens/trace.BlockTokens))-1], c.Seed)
-	}
+	at := func(tokens int) uint64 { return c.chainAt(blocks, tokens) }
 	depth, up := request.KeyDepth(tokens, lad.first, lad.last)
 	if depth == 0 {
 		whole := mix(blocks[len(blocks)-1], c.Seed) // shorter than the first rung: all of it
@@ -248,9 +246,15 @@ func (c *Config) prefixMarks(blocks []uint64, tokens int, lad keyLadder) []uint6
 	}
 	var marks []uint64
 	for d := lad.first; d <= min(tokens, lad.last); d += lad.first {
-		marks = append(marks, mix(blocks[min(len(blocks), max(1, d/trace.BlockTokens))-1], c.Seed))
+		marks = append(marks, c.chainAt(blocks, d))
 	}
 	return marks
+}
+
+// chainAt is the prompt's chained hash at a depth of tokens tokens, taken at the trace
+// block that depth ends in (trace.BlockTokens tokens a block, at least the first).
+func (c *Config) chainAt(blocks []uint64, tokens int) uint64 {
+	return mix(blocks[min(len(blocks), max(1, tokens/trace.BlockTokens))-1], c.Seed)
 }
 
 // mix hashes x with a seed into a well-spread 64-bit value.

@@ -213,19 +213,18 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 	if t.n == 0 {
 		return Result{Order: dst}
 	}
-	key, work, move, home := a.Key, a.Work, a.Move, a.Home
+	key, home := a.Key, a.Home
 	var seen, over [MaxExamined]uint16
 	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
-	work, move = max(work, 1), max(move, 0)
-	mv := charge{move: move, prompt: max(a.Prompt, 0)}
+	work := max(a.Work, 1)
+	mv := charge{move: max(a.Move, 0), prompt: max(a.Prompt, 0)}
 	if mv.prompt > 0 && home >= 0 && home < len(t.eps) && t.waitsLong(home, mv.prompt) {
 		// The home would hold the request until most of the requests it runs finish:
 		// staying saves at most the prompt's prefill elsewhere.
 		mv.move = min(mv.move, mv.prompt)
-		move = mv.move
 	}
-	if a.Prefixes != nil && len(a.Marks) > 0 && move > 0 {
+	if a.Prefixes != nil && len(a.Marks) > 0 && mv.move > 0 {
 		mv.prefixes, mv.marks = a.Prefixes, a.Marks
 	}
 	total := float64(t.total.inFlight() + work)
