@@ -32,6 +32,9 @@ type Load struct {
 	// first output token); all summed over their series, and NaN when the engine exposes
 	// none of the counter's series.
 	PrefixQueries, PrefixHits, GenerationTokens, PromptTokens float64
+	// Finished is vllm:request_success_total (requests that finished, for any reason),
+	// summed over its series; NaN when the engine exposes none.
+	Finished float64
 }
 
 // InPrefill is the prompt tokens of the requests the engine has scheduled whose prefill
@@ -89,6 +92,7 @@ var (
 	hitsName        = []byte("vllm:prefix_cache_hits_total")
 	generationName  = []byte("vllm:generation_tokens_total")
 	promptName      = []byte("vllm:prompt_tokens_total")
+	successName     = []byte("vllm:request_success_total")
 )
 
 // ParseLoad reads only the load gauges (and the KV-cache counters KVWritten sums) from a
@@ -99,7 +103,7 @@ var (
 // vLLM-compatible is not read as idle.
 func ParseLoad(r io.Reader) (Load, error) {
 	var l Load
-	var seenRunning, seenWaiting, seenQueries, seenHits, seenGeneration, seenPrompt bool
+	var seenRunning, seenWaiting, seenQueries, seenHits, seenGeneration, seenPrompt, seenFinished bool
 	var usage float64
 	usageSeries := 0
 	sc := bufio.NewScanner(r)
@@ -126,6 +130,8 @@ func ParseLoad(r io.Reader) (Load, error) {
 			dst, seenGeneration = &l.GenerationTokens, true
 		case seriesOf(line, promptName):
 			dst, seenPrompt = &l.PromptTokens, true
+		case seriesOf(line, successName):
+			dst, seenFinished = &l.Finished, true
 		case seriesOf(line, cacheConfigName):
 			l.KVTokens += cacheTokens(line) // one series per data-parallel engine
 			continue
@@ -147,7 +153,7 @@ func ParseLoad(r io.Reader) (Load, error) {
 	for _, c := range []struct {
 		seen bool
 		v    *float64
-	}{{seenQueries, &l.PrefixQueries}, {seenHits, &l.PrefixHits}, {seenGeneration, &l.GenerationTokens}, {seenPrompt, &l.PromptTokens}} {
+	}{{seenQueries, &l.PrefixQueries}, {seenHits, &l.PrefixHits}, {seenGeneration, &l.GenerationTokens}, {seenPrompt, &l.PromptTokens}, {seenFinished, &l.Finished}} {
 		if !c.seen {
 			*c.v = math.NaN()
 		}

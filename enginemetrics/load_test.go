@@ -170,3 +170,23 @@ func TestParseLoadReadsThePromptsInPrefill(t *testing.T) {
 		t.Errorf("no prompt counter: InPrefill ok %v (%v), want none", ok, err)
 	}
 }
+
+// The finished requests are vllm:request_success_total summed over its finished_reason
+// series (vLLM labels each reason); an engine without it states NaN.
+func TestParseLoadReadsTheFinishedRequests(t *testing.T) {
+	text := "vllm:num_requests_running 3\n" +
+		`vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 40` + "\n" +
+		`vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 2` + "\n" +
+		"vllm:request_success_created 12\n" // another series name
+	l, err := ParseLoad(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Finished != 42 {
+		t.Errorf("Finished = %v, want 42 (40 stopped + 2 at their length)", l.Finished)
+	}
+	l, err = ParseLoad(strings.NewReader("vllm:num_requests_running 1\n"))
+	if err != nil || !math.IsNaN(l.Finished) {
+		t.Errorf("no success counter: Finished %v (%v), want NaN", l.Finished, err)
+	}
+}

@@ -192,7 +192,8 @@ func (m *meridian) Scrape(now time.Duration, v *View) {
 				sc.core.ObserveEngineLoad(m.addrs[e], enginemetrics.Load{Running: float64(ev.Running),
 					Waiting: float64(ev.Waiting), KVUsage: ev.KVUsage, KVTokens: m.kvTokens,
 					PrefixQueries: float64(ev.PrefixQueries), PrefixHits: float64(ev.PrefixHits),
-					GenerationTokens: float64(ev.GenerationTokens), PromptTokens: float64(ev.PromptTokens)})
+					GenerationTokens: float64(ev.GenerationTokens), PromptTokens: float64(ev.PromptTokens),
+					Finished: float64(ev.Finished)})
 			}
 		}
 	}

@@ -61,6 +61,7 @@ func (s *slot) view() EngineView {
 		v.Running, v.Waiting, v.KVUsage = s.eng.Running(), s.eng.Waiting(), s.eng.KVUsage()
 		v.PrefixQueries, v.PrefixHits = s.eng.PrefixCounters()
 		v.GenerationTokens, v.PromptTokens = s.eng.GenerationTokens(), s.eng.PromptTokens()
+		v.Finished = s.eng.Finished()
 	}
 	return v
 }

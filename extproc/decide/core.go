@@ -160,10 +160,11 @@ type Core struct {
 	caches       atomic.Int32
 	firstLooksMu sync.Mutex
 	firstLooks   map[string]struct{}
-	// prefill, under prefillMu, is what inPrefill keeps of each engine between scrapes.
-	// ObserveEngineLoad writes it, off the request path.
+	// prefill and finishes, under prefillMu, are what inPrefill and finishRate keep of
+	// each engine between scrapes. ObserveEngineLoad writes them, off the request path.
 	prefillMu sync.Mutex
 	prefill   map[string]*prefillState
+	finishes  map[string]*finishState
 	// peers, under peersMu, is what each of the node's other sidecars last sent of its
 	// requests in flight (SetPeerInFlight), and peerSum their sum per engine address; the
 	// picker's counters hold the work (picker.Loads.SetPeers). Off the request path.
@@ -182,6 +183,14 @@ type prefillState struct {
 	// once rated (the first share measured is taken as it is).
 	queries, hits, hitRate float64
 	rated                  bool
+}
+
+// finishState is what the core keeps of an engine's finished requests between scrapes
+// (see finishRate): Load.Finished at the last scrape, at, and the requests it finishes
+// per second, smoothed over finishWindow.
+type finishState struct {
+	finished, rate float64
+	at             time.Time
 }
 
 // What the engines' KV caches held when the core started, as its first look at each
@@ -753,8 +762,10 @@ func (c *Core) InFlight() map[string]int64 {
 // call), so the core falls back to its own counts. It also records the tokens the engine
 // has written into its KV cache and the cache's capacity (Load.KVWritten and KVTokens):
 // a key's home expires once its engine has written more than its cache holds since the
-// key's placement (picker.Homes), and the key is then placed as a new one. Call it from
-// the scraper, not per request.
+// key's placement (picker.Homes), and the key is then placed as a new one; and, for the
+// room a key's home has (picker.Table.Room), the tokens the running requests hold and
+// the tokens per second they free as they finish (finishRate times the tokens a running
+// request holds on average). Call it from the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	o := picker.Observation{Waiting: int64(l.Waiting)}
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
@@ -766,6 +777,13 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	held, kv := l.KVHeld()
 	if kv {
 		o.KVHeld = int64(held)
+		o.KVFreed = -1 // the engine states no finishes
+		if r, ok := c.finishRate(addr, l); ok {
+			o.KVFreed = 0
+			if r > 0 && l.Running > 0 {
+				o.KVFreed = int64(math.Round(r * held / l.Running))
+			}
+		}
 	}
 	var rest, mean float64
 	var peerRequests int64
@@ -824,6 +842,39 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 	return max(d-st.base, 0) * (1 - st.hitRate)
 }
 
+// finishWindow is the time constant over which finishRate smooths an engine's finishes: a
+// scrape every 50 ms sees one now and then, and an engine that runs long agentic turns
+// finishes one every several seconds. On the simulator 2 s and 10 s measured as 5 s does
+// (docs/results/README.md).
+const finishWindow = 5 * time.Second
+
+// finishRate is the requests the engine at addr finishes per second
+// (vllm:request_success_total), smoothed exponentially over finishWindow: 0 until two
+// scrapes stated it; ok is false when this scrape does not state it.
+func (c *Core) finishRate(addr string, l enginemetrics.Load) (rate float64, ok bool) {
+	if math.IsNaN(l.Finished) || math.IsInf(l.Finished, 0) {
+		return 0, false
+	}
+	now := c.clock.Now()
+	c.prefillMu.Lock()
+	defer c.prefillMu.Unlock()
+	if c.finishes == nil {
+		c.finishes = map[string]*finishState{}
+	}
+	st, seen := c.finishes[addr]
+	if !seen {
+		c.finishes[addr] = &finishState{finished: l.Finished, at: now}
+		return 0, true
+	}
+	if dt := now.Sub(st.at).Seconds(); dt > 0 {
+		d := max(l.Finished-st.finished, 0) // a restarted engine counts from 0
+		a := 1 - math.Exp(-dt/finishWindow.Seconds())
+		st.rate += a * (d/dt - st.rate)
+	}
+	st.finished, st.at = l.Finished, now
+	return st.rate, true
+}
+
 // firstLook records what the core's first look at an engine's KV-cache counters said
 // (see warmingUp): one engine that had written into its cache more than the work this core
 // had steered anywhere by then (routedWork: requests steered before the first scrape of a
@@ -857,6 +908,7 @@ func (c *Core) ForgetEngineLoad(addr string) {
 	c.loads.SetKVWritten(addr, 0, 0)
 	c.prefillMu.Lock()
 	delete(c.prefill, addr)
+	delete(c.finishes, addr)
 	c.prefillMu.Unlock()
 }
 

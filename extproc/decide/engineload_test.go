@@ -3,6 +3,7 @@ package decide
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/meridian-router/meridian/enginemetrics"
 
@@ -120,6 +121,61 @@ func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
 	c.loads.SetKVWritten(addr, 0, 100_000) // the cache's size known again, nothing held observed since
 	if !table.Room(i, 100_000) {
 		t.Errorf("after a failed scrape the held tokens still bound the room")
+	}
+}
+
+// The rate an engine finishes requests at (vllm:request_success_total), smoothed over
+// finishWindow, times the tokens a running request holds on average is the tokens per
+// second its running requests free (picker.Table.Freed, for a home's wait for room); an
+// engine that runs nothing frees none, one that states no finishes is not judged (-1), and
+// a failed scrape forgets the rate.
+func TestObserveEngineLoadStatesTheTokensFreed(t *testing.T) {
+	c, clk := newPlacementCore(t)
+	clk.Advance(homeWarmup)
+	d := route(t, c, 7)
+	addr := addrOf(d.Engine)
+	table := c.routing.Load().models["a"].table
+	i, ok := table.Lookup(addr)
+	if !ok {
+		t.Fatalf("%s is not in model a's table", addr)
+	}
+	load := func(finished float64) enginemetrics.Load { // 4 running, 80k held: 20k each
+		return enginemetrics.Load{Running: 4, KVUsage: 0.8, KVTokens: 100_000, Finished: finished}
+	}
+	c.ObserveEngineLoad(addr, load(100))
+	if got := table.Freed(i); got != 0 {
+		t.Errorf("after one scrape: freed %d tokens/s, want 0 (no rate yet)", got)
+	}
+	// 2 finishes a second for a minute: the smoothed rate is 2/s, 40k tokens/s.
+	for s := 1; s <= 60; s++ {
+		clk.Advance(time.Second)
+		c.ObserveEngineLoad(addr, load(100+2*float64(s)))
+	}
+	if got := table.Freed(i); got < 39_900 || got > 40_000 {
+		t.Errorf("2 finishes a second of requests holding 20k each: freed %d tokens/s, want about 40,000", got)
+	}
+	// None for a finish window: the rate decays to 1/e of it.
+	clk.Advance(finishWindow)
+	c.ObserveEngineLoad(addr, load(220))
+	if got, want := float64(table.Freed(i)), 40_000/math.E; math.Abs(got-want) > 100 {
+		t.Errorf("after %s without a finish: freed %v tokens/s, want about %v", finishWindow, got, want)
+	}
+	nothing := load(220)
+	nothing.Running, nothing.KVUsage = 0, 0
+	c.ObserveEngineLoad(addr, nothing)
+	if got := table.Freed(i); got != 0 {
+		t.Errorf("running nothing: freed %d tokens/s, want 0", got)
+	}
+	c.ObserveEngineLoad(addr, load(math.NaN()))
+	if got := table.Freed(i); got != -1 {
+		t.Errorf("an engine that states no finishes: freed %d tokens/s, want -1 (not stated)", got)
+	}
+	c.ObserveEngineLoad(addr, load(230))
+	c.ForgetEngineLoad(addr)
+	clk.Advance(time.Second)
+	c.ObserveEngineLoad(addr, load(240))
+	if got := table.Freed(i); got != 0 {
+		t.Errorf("the first scrape after a failed one: freed %d tokens/s, want 0 (the rate forgotten)", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"time"
 )
 
 // Endpoint is one engine as the table sees it.
@@ -81,7 +82,26 @@ type Config struct {
 	// (it caches none of the prompt). 0 turns overflow off.
 	// DefaultOverflowAt is the shipped value.
 	OverflowAt float64
+	// RoomWait bounds how long a key's home may keep a request waiting for room in its KV
+	// cache before the key's move cost stops protecting it (the package doc's Room): when
+	// the home's running requests, at the rate they free tokens as they finish
+	// (Observation.KVFreed), would take longer than this to leave room for the prompt,
+	// or the home has finished nothing lately, leaving it costs at most a cache's worth
+	// of work, what the home itself is charged for having no room. 0 turns this off.
+	// DefaultRoomWait is the shipped value.
+	RoomWait time.Duration
 }
+
+// DefaultRoomWait is the shipped Config.RoomWait. A prompt that waits for room waits on
+// the decode of the requests ahead of it. Long agentic sessions on one engine free their
+// blocks tens of seconds apart, and bursts of short requests free a cache within a second
+// or two. On the simulator (docs/results/README.md), 10 s moved the agentic sessions off
+// homes that made them wait and left every Mooncake scan level; 5 s or less cost the
+// Mooncake trace's bursts with A100 engines up to half a point.
+const DefaultRoomWait = 10 * time.Second
+
+// MaxRoomWait bounds Config.RoomWait.
+const MaxRoomWait = 10 * time.Minute
 
 // DefaultOverflowAt is the shipped overflow threshold. An engine's KV cache, in tokens, is
 // about proportional to its prefill rate across GPUs (an A100 40GB holds 157k tokens of
@@ -129,6 +149,7 @@ func DefaultConfig() Config {
 		MaxInFlight: 0,
 		MaxExamined: 16,
 		OverflowAt:  DefaultOverflowAt,
+		RoomWait:    DefaultRoomWait,
 	}
 }
 
@@ -155,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.OverflowAt >= 0) || c.OverflowAt > MaxOverflowAt {
 		errs = append(errs, fmt.Errorf("picker: overflowAt is %v: want 0..%v (0 turns overflow off)", c.OverflowAt, MaxOverflowAt))
+	}
+	if c.RoomWait < 0 || c.RoomWait > MaxRoomWait {
+		errs = append(errs, fmt.Errorf("picker: roomWait is %s: want 0..%s (0 turns it off)", c.RoomWait, MaxRoomWait))
 	}
 	if c.MaxExamined < c.Fallbacks+1 || c.MaxExamined > MaxExamined {
 		errs = append(errs, fmt.Errorf("picker: maxExamined is %d: want %d..%d (at least fallbacks+1)",

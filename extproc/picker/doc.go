@@ -79,10 +79,15 @@
 // overflow). A home that would have to free a quarter or more of what its running
 // requests hold before the prompt fits keeps its key for a move cost of at most the
 // prompt itself: waiting there on most of its running requests saves no more than the
-// prompt's prefill elsewhere. A home a little short of room (a few of many running
-// requests to finish, as under bursts of short prompts) keeps the move cost: it is
-// charged the cache, and moving costs the key its context. docs/results/README.md has
-// what each measured.
+// prompt's prefill elsewhere. A home a little short of room keeps the move cost while
+// its running requests would free what the prompt lacks within Config.RoomWait, at the
+// rate they free tokens as they finish (Observation.KVFreed: the engine's finishes per
+// second, from vllm:request_success_total, times the tokens a running request holds on
+// average): under bursts of short prompts a cache frees room within a second or two, and
+// moving would cost the key its context. Past RoomWait (a few long agentic turns decoding,
+// or nothing finished lately) the move cost is at most a cache's worth of work, what the
+// home is charged for having no room, so the least-work choice weighs the two as loads.
+// docs/results/README.md has what each measured.
 //
 // Overflow (pooling across the plan's boundary, per request): a table may also hold
 // overflow endpoints (Endpoint.Overflow), engines its node has no share of, unranked. The

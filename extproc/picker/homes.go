@@ -87,7 +87,7 @@ func (h *Homes) Remember(key uint64, t *Table, i int) {
 	}
 	s, w, stamp := h.slot(key), KeyBits(key)|uint64(c.id), c.stamp()
 	was := h.stamps[s].Swap(stamp)
-	if h.slots[s].Swap(w) != w || stamp > 0 && (was == 0 || stamp-was > c.kc.Load()/restampShare) {
+	if h.slots[s].Swap(w) != w || stamp > 0 && (was == 0 || stamp-was > c.cache()/restampShare) {
 		h.journal[(h.next.Add(1)-1)&h.jmask].Store(w)
 	}
 }

@@ -14,9 +14,9 @@ type counter struct {
 	n atomic.Int64 // requests
 	w atomic.Int64 // work units (see Table.Pick)
 	x atomic.Int64 // work others hold on the endpoint, as last observed (SetObserved); unused in Loads.total
-	// kw and kc are the tokens the engine has written into its KV cache and the cache's
-	// capacity, as last observed (SetKVWritten; kc 0: unknown), for Homes' expiry.
-	kw, kc atomic.Int64
+	// kw is the tokens the engine has written into its KV cache, as last observed
+	// (SetKVWritten), for Homes' expiry.
+	kw atomic.Int64
 	// q is the requests the engine was last observed to hold waiting, not yet scheduled
 	// (SetWaiting).
 	q atomic.Int64
@@ -26,9 +26,21 @@ type counter struct {
 	id uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
 	// h is the KV tokens the engine's running requests hold, as last observed
 	// (Observation.KVHeld, at most math.MaxInt32), for Table.Room; kept 0 while kc is 0.
-	// 32 bits keep the counter in one 64-byte line.
+	// h, kc and f take 32 bits each to keep the counter in one 64-byte line.
 	h atomic.Int32
+	// kc is the cache's capacity in tokens, as last observed (SetKVWritten; 0: unknown, at
+	// most math.MaxInt32), for Homes' expiry and Table.Room; read it with cache.
+	kc atomic.Int32
+	// f is the tokens per second the engine's running requests free as they finish, as
+	// last observed (Observation.KVFreed; -1: not stated), for Table.Freed.
+	f atomic.Int32
 }
+
+// cache is the engine's KV cache capacity in tokens as last observed; 0 when unknown.
+func (c *counter) cache() int64 { return int64(c.kc.Load()) }
+
+// clamp32 is n within [0, math.MaxInt32], for the counter's 32-bit fields.
+func clamp32(n int64) int32 { return int32(min(max(n, 0), math.MaxInt32)) }
 
 // stamp is what Homes stores with a placement on this endpoint: the cache's writes when
 // the key is placed, plus 1 so that a stamp is never 0; 0 when the cache's capacity is
@@ -37,7 +49,7 @@ type counter struct {
 // as written would keep its home for up to a prompt's worth of writes after the cache has
 // turned over (on an A100 holding two 75,000-token agentic sessions, most of the cache).
 func (c *counter) stamp() int64 {
-	if c.kc.Load() <= 0 {
+	if c.cache() <= 0 {
 		return 0
 	}
 	return c.kw.Load() + 1
@@ -47,7 +59,7 @@ func (c *counter) stamp() int64 {
 // stamp (a placement's), so that LRU eviction has taken what the placement cached; or
 // fewer than nothing by more than its capacity: the engine restarted, with an empty cache.
 func (c *counter) turnedOver(stamp int64) bool {
-	capacity := c.kc.Load()
+	capacity := c.cache()
 	if stamp == 0 || capacity <= 0 {
 		return false
 	}
@@ -146,9 +158,10 @@ func (l *Loads) SetKVWritten(addr string, written, capacity int64) {
 	}
 	if c := l.observer(addr, capacity != 0); c != nil {
 		c.kw.Store(written)
-		c.kc.Store(capacity)
+		c.kc.Store(clamp32(capacity))
 		if capacity == 0 {
 			c.h.Store(0)
+			c.f.Store(-1)
 		}
 	}
 }
@@ -161,6 +174,11 @@ type Observation struct {
 	// KVHeld is the tokens the engine's KV cache holds for its running requests
 	// (enginemetrics.Load.KVHeld), 0 when unknown; it counts only with KVCapacity.
 	KVHeld int64
+	// KVFreed is the tokens per second the engine's running requests free as they
+	// finish (decide.Core: the rate the engine finishes requests at, times the tokens a
+	// running request holds on average); 0 when they finished none lately, negative when
+	// the engine states no finishes. It counts only with KVCapacity.
+	KVFreed int64
 }
 
 // Observe records o for addr, as SetKVWritten and SetWaiting do, and then the work
@@ -174,6 +192,9 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 	}
 	o.Waiting = max(o.Waiting, 0)
 	o.KVHeld = min(max(o.KVHeld, 0), o.KVCapacity)
+	if o.KVCapacity == 0 || o.KVFreed < 0 {
+		o.KVFreed = -1
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := l.byAddr[addr]
@@ -188,9 +209,10 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 		x = max(others(c.n.Load(), c.w.Load(), c.p.Load()), 0)
 	}
 	c.kw.Store(o.KVWritten)
-	c.kc.Store(o.KVCapacity)
+	c.kc.Store(clamp32(o.KVCapacity))
 	c.q.Store(o.Waiting)
-	c.h.Store(int32(min(o.KVHeld, math.MaxInt32)))
+	c.h.Store(clamp32(o.KVHeld))
+	c.f.Store(int32(min(o.KVFreed, math.MaxInt32)))
 	c.x.Store(x)
 }
 
@@ -295,6 +317,7 @@ func (l *Loads) Prune(keep *Table) int {
 // newCounter adds addr's counter, with the next id (0 once maxID are taken). l.mu is held.
 func (l *Loads) newCounter(addr string) *counter {
 	c := new(counter)
+	c.f.Store(-1)
 	c.p.Store(max(l.peers[addr], 0))
 	if l.lastID < maxID {
 		l.lastID++

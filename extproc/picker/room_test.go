@@ -1,11 +1,19 @@
 package picker
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // observeKV records a scrape of endpoint i: a cache of capacity tokens whose running
 // requests hold held of them, and no work of other routers.
 func observeKV(loads *Loads, tb *Table, i int, held, capacity int64) {
-	loads.Observe(tb.Endpoint(i).Address, Observation{KVCapacity: capacity, KVHeld: held},
+	observeKVFreed(loads, tb, i, held, capacity, 0)
+}
+
+// observeKVFreed is observeKV with the tokens per second the running requests free.
+func observeKVFreed(loads *Loads, tb *Table, i int, held, capacity, freed int64) {
+	loads.Observe(tb.Endpoint(i).Address, Observation{KVCapacity: capacity, KVHeld: held, KVFreed: freed},
 		func(int64, int64, int64) int64 { return 0 })
 }
 
@@ -95,5 +103,45 @@ func TestAHomeFarFromRoomKeepsItsKeyForThePrompt(t *testing.T) {
 	ask.Prompt = 0
 	if got := tb.PickFor(&ask, nil).Order[0]; got != a {
 		t.Errorf("with no prompt stated: primary %d, want the home %d", got, a)
+	}
+}
+
+// A home a little short of room keeps its key's move cost while its running requests, at
+// the rate they free tokens, would leave room within Config.RoomWait; past it, or when it
+// has finished nothing lately, leaving costs at most a cache's worth of work, and the
+// least-work choice weighs the two as loads.
+func TestAHomeThatWouldWaitPastRoomWaitKeepsItsKeyForACache(t *testing.T) {
+	tb, loads, a, b, key := roomFleet(t)
+	if tb.cfg.RoomWait != 10*time.Second {
+		t.Fatalf("the test config's RoomWait is %s, want the shipped 10s", tb.cfg.RoomWait)
+	}
+	ta, tb2 := tb.Start(a, 50_000), tb.Start(b, 10_000)
+	defer ta.Done()
+	defer tb2.Done()
+	const prompt = 20_000
+	ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: a, Prompt: prompt}
+	// 85k held of 100k: 5k short of room, under a quarter of what it holds. The home
+	// costs 50k + 100k (no room); b 10k + the move.
+	for _, c := range []struct {
+		freed int64
+		want  int
+		why   string
+	}{
+		{10_000, a, "frees the 5k in half a second: a move costs 320k"},
+		{1_000, a, "frees the 5k in 5 s, within room_wait"},
+		{400, b, "frees the 5k in 12.5 s: a move costs at most the 100k cache"},
+		{0, b, "has finished nothing lately"},
+		{-1, a, "does not state its finishes, so is not judged,"},
+	} {
+		observeKVFreed(loads, tb, a, 85_000, 100_000, c.freed)
+		if got := tb.PickFor(&ask, nil).Order[0]; got != c.want {
+			t.Errorf("a home that %s: primary %d, want %d", c.why, got, c.want)
+		}
+	}
+	cfg := tb.cfg
+	cfg.RoomWait = 0
+	off := mustTable(t, cfg, fleet(2, equal), loads)
+	if got := off.PickFor(&ask, nil).Order[0]; got != a {
+		t.Errorf("with room_wait 0 a home that has finished nothing keeps its move cost: primary %d, want %d", got, a)
 	}
 }

@@ -223,6 +223,11 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 		// The home would hold the request until most of the requests it runs finish:
 		// staying saves at most the prompt's prefill elsewhere.
 		mv.move = min(mv.move, mv.prompt)
+	} else if mv.prompt > 0 && home >= 0 && home < len(t.eps) && t.waitsAWhile(home, mv.prompt) {
+		// The home would hold the request until its running requests, at the rate they
+		// finish, free what the prompt lacks, for longer than Config.RoomWait: staying
+		// is worth no more than what the home itself is charged for having no room.
+		mv.move = min(mv.move, t.ctr[home].cache())
 	}
 	if a.Prefixes != nil && len(a.Marks) > 0 && mv.move > 0 {
 		mv.prefixes, mv.marks = a.Prefixes, a.Marks
@@ -316,7 +321,7 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 	best := -1
 	for o := t.n; o < len(t.eps); o++ {
 		c := t.ctr[o]
-		if c.n.Load() >= t.limit[o] || c.kc.Load() <= 0 {
+		if c.n.Load() >= t.limit[o] || c.cache() <= 0 {
 			continue
 		}
 		w := c.load() + work + move.full(t, o)
@@ -433,7 +438,7 @@ func (t *Table) AppendAddrs(dst []byte, order []int) []byte {
 // Config.OverflowAt compares the same fraction.
 func (t *Table) CacheFill(i int, work int64) (float64, bool) {
 	c := t.ctr[i]
-	kc := c.kc.Load()
+	kc := c.cache()
 	if kc <= 0 {
 		return 0, false
 	}
@@ -459,14 +464,14 @@ func (c *charge) full(t *Table, i int) int64 {
 	if c.prompt == 0 || t.Room(i, c.prompt) {
 		return 0
 	}
-	return t.ctr[i].kc.Load()
+	return t.ctr[i].cache()
 }
 
 // Room reports whether endpoint i's KV cache, as last observed (Observation), has room for
 // tokens more beside what its running requests hold; true when its size is unknown.
 func (t *Table) Room(i int, tokens int64) bool {
 	c := t.ctr[i]
-	kc := c.kc.Load()
+	kc := c.cache()
 	return kc <= 0 || int64(c.h.Load())+tokens <= kc
 }
 
@@ -475,13 +480,33 @@ func (t *Table) Room(i int, tokens int64) bool {
 // at least that much.
 func (t *Table) waitsLong(i int, tokens int64) bool {
 	c := t.ctr[i]
-	kc := c.kc.Load()
+	kc := c.cache()
 	if kc <= 0 {
 		return false
 	}
 	h := int64(c.h.Load())
 	over := h + tokens - kc
 	return over > 0 && 4*over >= h
+}
+
+// Freed is the tokens per second endpoint i's running requests free as they finish, as
+// last observed (Observation.KVFreed): 0 when they finished none lately, -1 when the
+// engine does not state its finishes.
+func (t *Table) Freed(i int) int64 { return int64(t.ctr[i].f.Load()) }
+
+// waitsAWhile reports whether endpoint i, without room for a prompt of the given tokens,
+// would start it only after longer than Config.RoomWait: the time its running requests
+// take to free what the prompt lacks, at the rate they free tokens as they finish
+// (Freed); an engine that has finished nothing lately waits a while, and one that does
+// not state its finishes is not judged.
+func (t *Table) waitsAWhile(i int, tokens int64) bool {
+	c := t.ctr[i]
+	kc, freed := c.cache(), t.Freed(i)
+	if t.cfg.RoomWait <= 0 || kc <= 0 || freed < 0 {
+		return false
+	}
+	over := int64(c.h.Load()) + tokens - kc
+	return over > 0 && float64(over) > float64(freed)*t.cfg.RoomWait.Seconds()
 }
 
 func (c *charge) at(t *Table, i int) int64 {

@@ -259,6 +259,9 @@ type FilePicker struct {
 	// OverflowEngines: how many engines outside the node's share, nearest first, are
 	// overflow candidates.
 	OverflowEngines int `yaml:"overflow_engines"`
+	// RoomWait: a key's home without room in its KV cache for the prompt keeps the move
+	// cost only while its running requests would free the room within this long.
+	RoomWait time.Duration `yaml:"room_wait"`
 }
 
 // FileOutliers is the file's outliers: section.
@@ -324,7 +327,7 @@ func DefaultFile() File {
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
 		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
 			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor, MoveFactor: decide.DefaultMoveFactor,
-			OverflowAt: pk.OverflowAt, OverflowEngines: decide.DefaultOverflowEngines},
+			OverflowAt: pk.OverflowAt, OverflowEngines: decide.DefaultOverflowEngines, RoomWait: pk.RoomWait},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
 		// move; it must earn its way back by time. 5 s halves the penalty fast enough that a
 		// restarted engine is back in use within about 15 s, and a still-broken one is pushed
@@ -404,6 +407,9 @@ func (f File) Validate() error {
 	}
 	if !(p.OverflowAt >= 0) || p.OverflowAt > picker.MaxOverflowAt {
 		bad("picker.overflow_at", "is %v: want 0..%d (0: no overflow)", p.OverflowAt, picker.MaxOverflowAt)
+	}
+	if p.RoomWait < 0 || p.RoomWait > picker.MaxRoomWait {
+		bad("picker.room_wait", "is %s: want 0s..%s (0s: a home without room keeps its move cost)", p.RoomWait, picker.MaxRoomWait)
 	}
 	if p.OverflowEngines < 0 || p.OverflowEngines > maxOverflowEngines {
 		bad("picker.overflow_engines", "is %d: want 0..%d (0: no overflow)", p.OverflowEngines, maxOverflowEngines)
@@ -490,7 +496,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)
-	pk.OverflowAt = f.Picker.OverflowAt
+	pk.OverflowAt, pk.RoomWait = f.Picker.OverflowAt, f.Picker.RoomWait
 	pk.MaxExamined = max(pk.MaxExamined, pk.Fallbacks+1)
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife

@@ -297,6 +297,10 @@ func (e *Engine) GenerationTokens() uint64 { return e.stats.GenerationTokens }
 // (vllm:prompt_tokens_total; see Stats.PromptTokens).
 func (e *Engine) PromptTokens() uint64 { return e.stats.PromptTokens }
 
+// Finished is the requests the engine has finished (vllm:request_success_total; see
+// Stats.Finished).
+func (e *Engine) Finished() uint64 { return e.stats.Finished }
+
 // Cached reports whether the block hash h is in the prefix cache.
 func (e *Engine) Cached(h uint64) bool { return e.cache.contains(h) }
 
