@@ -219,15 +219,8 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work := max(a.Work, 1)
 	mv := charge{move: max(a.Move, 0), prompt: max(a.Prompt, 0)}
-	if mv.prompt > 0 && home >= 0 && home < len(t.eps) && t.waitsLong(home, mv.prompt) {
-		// The home would hold the request until most of the requests it runs finish:
-		// staying saves at most the prompt's prefill elsewhere.
-		mv.move = min(mv.move, mv.prompt)
-	} else if mv.prompt > 0 && home >= 0 && home < len(t.eps) && t.waitsAWhile(home, mv.prompt) {
-		// The home would hold the request until its running requests, at the rate they
-		// finish, free what the prompt lacks, for longer than Config.RoomWait: staying
-		// is worth no more than what the home itself is charged for having no room.
-		mv.move = min(mv.move, t.ctr[home].cache())
+	if mv.prompt > 0 && home >= 0 && home < len(t.eps) {
+		mv.move = t.homeMove(home, mv.move, mv.prompt)
 	}
 	if a.Prefixes != nil && len(a.Marks) > 0 && mv.move > 0 {
 		mv.prefixes, mv.marks = a.Prefixes, a.Marks
@@ -475,38 +468,40 @@ func (t *Table) Room(i int, tokens int64) bool {
 	return kc <= 0 || int64(c.h.Load())+tokens <= kc
 }
 
-// waitsLong reports whether endpoint i would start a prompt of the given tokens only
-// after its running requests free a quarter or more of what they hold: past its room, by
-// at least that much.
-func (t *Table) waitsLong(i int, tokens int64) bool {
-	c := t.ctr[i]
-	kc := c.cache()
-	if kc <= 0 {
-		return false
-	}
-	h := int64(c.h.Load())
-	over := h + tokens - kc
-	return over > 0 && 4*over >= h
-}
-
 // Freed is the tokens per second endpoint i's running requests free as they finish, as
 // last observed (Observation.KVFreed): 0 when they finished none lately, -1 when the
 // engine does not state its finishes.
 func (t *Table) Freed(i int) int64 { return int64(t.ctr[i].f.Load()) }
 
-// waitsAWhile reports whether endpoint i, without room for a prompt of the given tokens,
-// would start it only after longer than Config.RoomWait: the time its running requests
-// take to free what the prompt lacks, at the rate they free tokens as they finish
-// (Freed); an engine that has finished nothing lately waits a while, and one that does
-// not state its finishes is not judged.
-func (t *Table) waitsAWhile(i int, tokens int64) bool {
-	c := t.ctr[i]
-	kc, freed := c.cache(), t.Freed(i)
-	if t.cfg.RoomWait <= 0 || kc <= 0 || freed < 0 {
-		return false
+// homeMove is the move cost that leaving home is worth for a prompt of the given tokens
+// when the home has no room for it: the home would hold the request until its running
+// requests free what the prompt lacks. Past room by a quarter or more of what they hold
+// (waiting on most of them), staying saves at most the prompt's prefill elsewhere: at most
+// the prompt. A little short of room, the home keeps move while its running requests, at
+// the rate they free tokens as they finish (Freed), would free it within
+// Config.RoomWait; past it, or when the home finished nothing lately, staying is worth no
+// more than what the home is charged for having no room: at most a cache. A home that
+// does not state its finishes keeps move; one with room, or whose cache's size is
+// unknown, keeps it too.
+func (t *Table) homeMove(home int, move, prompt int64) int64 {
+	c := t.ctr[home]
+	kc := c.cache()
+	if kc <= 0 {
+		return move
 	}
-	over := int64(c.h.Load()) + tokens - kc
-	return over > 0 && float64(over) > float64(freed)*t.cfg.RoomWait.Seconds()
+	h := int64(c.h.Load())
+	over := h + prompt - kc
+	switch {
+	case over <= 0:
+		return move
+	case 4*over >= h:
+		return min(move, prompt)
+	}
+	freed := t.Freed(home)
+	if t.cfg.RoomWait > 0 && freed >= 0 && float64(over) > float64(freed)*t.cfg.RoomWait.Seconds() {
+		return min(move, kc)
+	}
+	return move
 }
 
 func (c *charge) at(t *Table, i int) int64 {
