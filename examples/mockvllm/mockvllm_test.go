@@ -378,3 +378,37 @@ func TestPromptTokensCountAtTheFirstToken(t *testing.T) {
 		}
 	}
 }
+
+// vllm:request_success_total counts a request once it finishes, as vLLM's does: the
+// sidecar reads its rate for how soon running requests free their KV blocks. Both modes,
+// on an engine serving one model (vLLM's shape: one series per engine and model).
+func TestFinishedRequestsAreCounted(t *testing.T) {
+	for _, args := range [][]string{nil, {"--ttft", "5ms", "--itl", "1ms"}} {
+		base := startMock(t, append([]string{"--model", "m1"}, args...)...)
+		finished := func() float64 {
+			t.Helper()
+			m, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Body.Close()
+			l, err := enginemetrics.ParseLoad(m.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l.Finished
+		}
+		if got := finished(); got != 0 {
+			t.Errorf("%v: a fresh engine states %v finished requests, want 0", args, got)
+		}
+		for range 2 {
+			resp := post(t, base+"/v1/completions", promptBody("m1", "hello there", 3, false))
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := finished(); got != 2 {
+			t.Errorf("%v: after two answered requests the engine states %v finished, want 2", args, got)
+		}
+	}
+}
