@@ -160,11 +160,10 @@ type Core struct {
 	caches       atomic.Int32
 	firstLooksMu sync.Mutex
 	firstLooks   map[string]struct{}
-	// prefill and finishes, under prefillMu, are what inPrefill and finishRate keep of
-	// each engine between scrapes. ObserveEngineLoad writes them, off the request path.
-	prefillMu sync.Mutex
-	prefill   map[string]*prefillState
-	finishes  map[string]*finishState
+	// counters, under countersMu, is what ObserveEngineLoad keeps of each engine's
+	// counters between scrapes (engineCounters), off the request path.
+	countersMu sync.Mutex
+	counters   map[string]*engineCounters
 	// peers, under peersMu, is what each of the node's other sidecars last sent of its
 	// requests in flight (SetPeerInFlight), and peerSum their sum per engine address; the
 	// picker's counters hold the work (picker.Loads.SetPeers). Off the request path.
@@ -173,24 +172,22 @@ type Core struct {
 	peerSum map[string]EngineInFlight
 }
 
-// prefillState is what the core keeps of an engine's prefix-cache counters between
-// scrapes (see inPrefill).
-type prefillState struct {
+// engineCounters is what the core keeps of an engine's counters between scrapes: its
+// prefix-cache counters (inPrefill) and its finished requests (finishRate).
+type engineCounters struct {
 	// base is the engine's Load.InPrefill when it was last seen idle.
 	base float64
-	// queries and hits are its prefix-cache counters at the last scrape, and hitRate the
-	// share of the prompt tokens it looked up that its cache served, smoothed over scrapes
-	// once rated (the first share measured is taken as it is).
+	// queries and hits are its prefix-cache counters at the last scrape that stated them
+	// (counted), and hitRate the share of the prompt tokens it looked up that its cache
+	// served, smoothed over scrapes once rated (the first share measured is taken as it is).
 	queries, hits, hitRate float64
-	rated                  bool
-}
-
-// finishState is what the core keeps of an engine's finished requests between scrapes
-// (see finishRate): Load.Finished at the last scrape, at, and the requests it finishes
-// per second, smoothed over finishWindow.
-type finishState struct {
-	finished, rate float64
-	at             time.Time
+	counted, rated         bool
+	// finished is Load.Finished at the last scrape that stated it, at (zero before one
+	// did); rate the requests it finishes per second, smoothed over finishWindow; alpha
+	// the smoothing weight of a scrape dt after the one before, kept for the next scrape
+	// at the same interval.
+	finished, rate, dt, alpha float64
+	at                        time.Time
 }
 
 // What the engines' KV caches held when the core started, as its first look at each
@@ -751,7 +748,7 @@ func (c *Core) InFlight() map[string]int64 {
 // requests in flight from the core and its peers. When the engine
 // states its KV cache's use and capacity (vLLM's kv_cache_usage_perc and
 // cache_config_info), its running requests weigh the tokens they hold, the prompt tokens
-// it still has to prefill Config.PrefillWeight times more (inPrefill, when the engine
+// it still has to prefill Config.PrefillWeight times more (engineCounters.inPrefill, when the engine
 // states the counters: a prompt being prefilled delays every request that arrives behind
 // it, where one decoding only slows their steps), and each waiting one the mean work of
 // this core's recent requests; otherwise every request, running or waiting, weighs that
@@ -764,7 +761,7 @@ func (c *Core) InFlight() map[string]int64 {
 // a key's home expires once its engine has written more than its cache holds since the
 // key's placement (picker.Homes), and the key is then placed as a new one; and, for the
 // room a key's home has (picker.Table.Room), the tokens the running requests hold and
-// the tokens per second they free as they finish (finishRate times the tokens a running
+// the tokens per second they free as they finish (engineCounters.finishRate times the tokens a running
 // request holds on average). Call it from the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	o := picker.Observation{Waiting: int64(l.Waiting)}
@@ -775,20 +772,18 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 		}
 	}
 	held, kv := l.KVHeld()
-	if kv {
-		o.KVHeld = int64(held)
-		o.KVFreed = -1 // the engine states no finishes
-		if r, ok := c.finishRate(addr, l); ok {
-			o.KVFreed = 0
-			if r > 0 && l.Running > 0 {
-				o.KVFreed = int64(math.Round(r * held / l.Running))
-			}
-		}
-	}
 	var rest, mean float64
 	var peerRequests int64
 	if kv {
-		rest = held + c.cfg.PrefillWeight*c.inPrefill(addr, l) + l.Waiting*c.requestWork()
+		prefill, finishes, stated := c.engineCounters(addr, l)
+		o.KVHeld, o.KVFreed = int64(held), -1 // -1: the engine states no finishes
+		if stated {
+			o.KVFreed = 0
+			if finishes > 0 && l.Running > 0 {
+				o.KVFreed = int64(math.Round(finishes * held / l.Running))
+			}
+		}
+		rest = held + c.cfg.PrefillWeight*prefill + l.Waiting*c.requestWork()
 	} else {
 		peerRequests, mean = c.peerInFlightAt(addr).Requests, c.requestWork()
 	}
@@ -804,30 +799,39 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	})
 }
 
-// inPrefill is the prompt tokens the engine at addr still has to prefill: the prompts it
-// has scheduled and not answered (Load.InPrefill), above what the same difference of
-// counters was when the engine was last seen idle (nothing running or waiting: a prompt
-// vLLM looks up again, a preempted request, stays in the difference, and an idle engine
-// has nothing in prefill), less the share of them its prefix cache serves. vLLM counts a
-// prompt's queries and hits when it schedules the request; that share is the engine's
-// hits over its queries since the previous scrape, halved toward the one before at each
-// scrape. 0 when the engine does not state the counters.
-func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
+// engineCounters reads what the engine at addr's counters say since the previous scrape:
+// the prompt tokens it still has to prefill (inPrefill) and the requests it finishes per
+// second (finishRate; stated is false when this scrape does not state them).
+func (c *Core) engineCounters(addr string, l enginemetrics.Load) (prefill, finishes float64, stated bool) {
+	now := c.clock.Now()
+	c.countersMu.Lock()
+	defer c.countersMu.Unlock()
+	if c.counters == nil {
+		c.counters = map[string]*engineCounters{}
+	}
+	st := c.counters[addr]
+	if st == nil {
+		st = new(engineCounters)
+		c.counters[addr] = st
+	}
+	finishes, stated = st.finishRate(l, now)
+	return st.inPrefill(l), finishes, stated
+}
+
+// inPrefill is the prompt tokens the engine still has to prefill: the prompts it has
+// scheduled and not answered (Load.InPrefill), above what the same difference of counters
+// was when the engine was last seen idle (nothing running or waiting: a prompt vLLM looks
+// up again, a preempted request, stays in the difference, and an idle engine has nothing
+// in prefill), less the share of them its prefix cache serves. vLLM counts a prompt's
+// queries and hits when it schedules the request; that share is the engine's hits over
+// its queries since the previous scrape, halved toward the one before at each scrape. 0
+// when the engine does not state the counters.
+func (st *engineCounters) inPrefill(l enginemetrics.Load) float64 {
 	d, ok := l.InPrefill()
 	if !ok {
 		return 0
 	}
-	c.prefillMu.Lock()
-	defer c.prefillMu.Unlock()
-	if c.prefill == nil {
-		c.prefill = map[string]*prefillState{}
-	}
-	st, seen := c.prefill[addr]
-	if !seen {
-		st = new(prefillState)
-		c.prefill[addr] = st
-	}
-	if q := l.PrefixQueries - st.queries; seen && q > 0 {
+	if q := l.PrefixQueries - st.queries; st.counted && q > 0 {
 		if h := (l.PrefixHits - st.hits) / q; h >= 0 && h <= 1 {
 			if st.rated {
 				h = (st.hitRate + h) / 2
@@ -835,7 +839,7 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 			st.hitRate, st.rated = h, true
 		}
 	}
-	st.queries, st.hits = l.PrefixQueries, l.PrefixHits
+	st.queries, st.hits, st.counted = l.PrefixQueries, l.PrefixHits, true
 	if l.Running == 0 && l.Waiting == 0 {
 		st.base = d
 	}
@@ -848,28 +852,23 @@ func (c *Core) inPrefill(addr string, l enginemetrics.Load) float64 {
 // (docs/results/README.md).
 const finishWindow = 5 * time.Second
 
-// finishRate is the requests the engine at addr finishes per second
-// (vllm:request_success_total), smoothed exponentially over finishWindow: 0 until two
-// scrapes stated it; ok is false when this scrape does not state it.
-func (c *Core) finishRate(addr string, l enginemetrics.Load) (rate float64, ok bool) {
+// finishRate is the requests the engine finishes per second (vllm:request_success_total),
+// smoothed exponentially over finishWindow: 0 until two scrapes stated it; ok is false
+// when this scrape does not state it.
+func (st *engineCounters) finishRate(l enginemetrics.Load, now time.Time) (rate float64, ok bool) {
 	if math.IsNaN(l.Finished) || math.IsInf(l.Finished, 0) {
 		return 0, false
 	}
-	now := c.clock.Now()
-	c.prefillMu.Lock()
-	defer c.prefillMu.Unlock()
-	if c.finishes == nil {
-		c.finishes = map[string]*finishState{}
-	}
-	st, seen := c.finishes[addr]
-	if !seen {
-		c.finishes[addr] = &finishState{finished: l.Finished, at: now}
+	if st.at.IsZero() {
+		st.finished, st.at = l.Finished, now
 		return 0, true
 	}
 	if dt := now.Sub(st.at).Seconds(); dt > 0 {
+		if dt != st.dt { // scrapes come at one interval: one exp per change of it
+			st.dt, st.alpha = dt, 1-math.Exp(-dt/finishWindow.Seconds())
+		}
 		d := max(l.Finished-st.finished, 0) // a restarted engine counts from 0
-		a := 1 - math.Exp(-dt/finishWindow.Seconds())
-		st.rate += a * (d/dt - st.rate)
+		st.rate += st.alpha * (d/dt - st.rate)
 	}
 	st.finished, st.at = l.Finished, now
 	return st.rate, true
@@ -906,10 +905,9 @@ func (c *Core) ForgetEngineLoad(addr string) {
 	c.loads.SetObserved(addr, 0)
 	c.loads.SetWaiting(addr, 0)
 	c.loads.SetKVWritten(addr, 0, 0)
-	c.prefillMu.Lock()
-	delete(c.prefill, addr)
-	delete(c.finishes, addr)
-	c.prefillMu.Unlock()
+	c.countersMu.Lock()
+	delete(c.counters, addr)
+	c.countersMu.Unlock()
 }
 
 // LoadTarget is an engine whose load gauges the sidecar scrapes.

@@ -51,7 +51,7 @@
 //	caches warm at the start      ObserveEngineLoad (first look) Route (warmingUp) atomic.Int32; the engines looked at under firstLooksMu
 //	changed homes, for peers      Route (Remember's journal)     AppendPlacements  an atomic cursor and ring in picker.Homes; the drain under drainMu
 //	mean work of routed requests  Route (two atomic adds)        ObserveEngineLoad  atomics; the mean under meanMu (off the request path)
-//	engines' prefill and finish counters  ObserveEngineLoad (inPrefill, finishRate)  ObserveEngineLoad  prefillMu (off the request path)
+//	engines' prefill and finish counters  ObserveEngineLoad (engineCounters)  ObserveEngineLoad  countersMu (off the request path)
 //	peers' requests in flight     SetPeerInFlight, DropPeer      Route (picker.Loads' peer work), ObserveEngineLoad  peersMu for the snapshots; atomics in picker.Loads
 //	per-model arrival counters    Route                          BuildReport      atomic.Int64 (Swap at each report)
 //	per-model shed state          Route (Decide), ApplyPolicy    Route            the model's own mutex (guard.ModelShedder)
