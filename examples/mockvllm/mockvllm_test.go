@@ -326,21 +326,25 @@ func TestHelpAndBadFlags(t *testing.T) {
 	}
 }
 
+// scrapeLoad reads the engine at base's /metrics as the sidecar's load scrape does.
+func scrapeLoad(t *testing.T, base string) enginemetrics.Load {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	l, err := enginemetrics.ParseLoad(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // The mock states its KV cache as vLLM does (cache_config_info), and the sidecar's load
 // read finds its capacity there; with fixed latencies it has no cache and states none.
 func TestMetricsStateTheKVCache(t *testing.T) {
-	load := func(base string) enginemetrics.Load {
-		resp, err := http.Get(base + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		l, err := enginemetrics.ParseLoad(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	load := func(base string) enginemetrics.Load { return scrapeLoad(t, base) }
 	if l := load(startMock(t, "--kv-tokens", "160000", "--block-tokens", "16")); l.KVTokens != 160000 || l.KVUsage != 0 {
 		t.Errorf("model mock: %+v, want 160000 KV tokens at usage 0", l)
 	}
@@ -385,19 +389,7 @@ func TestPromptTokensCountAtTheFirstToken(t *testing.T) {
 func TestFinishedRequestsAreCounted(t *testing.T) {
 	for _, args := range [][]string{nil, {"--ttft", "5ms", "--itl", "1ms"}} {
 		base := startMock(t, append([]string{"--model", "m1"}, args...)...)
-		finished := func() float64 {
-			t.Helper()
-			m, err := http.Get(base + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Body.Close()
-			l, err := enginemetrics.ParseLoad(m.Body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l.Finished
-		}
+		finished := func() float64 { return scrapeLoad(t, base).Finished }
 		if got := finished(); got != 0 {
 			t.Errorf("%v: a fresh engine states %v finished requests, want 0", args, got)
 		}

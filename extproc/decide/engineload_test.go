@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/enginemetrics"
+	"github.com/meridian-router/meridian/extproc/picker"
 
 	"github.com/meridian-router/meridian/extproc/outcome"
 )
@@ -102,10 +103,10 @@ func TestObserveEngineLoadWeighsTheTokensHeld(t *testing.T) {
 	}
 }
 
-// The tokens a scrape finds held for running requests bound the room the picker sees for
-// a prompt there (picker.Table.Room), and a failed scrape forgets them.
-func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
-	c := placementCore(t)
+// routedEngine routes a request on c (a placement core) and returns the engine it went
+// to: its address, model a's table and the engine's index there.
+func routedEngine(t *testing.T, c *Core) (string, *picker.Table, int) {
+	t.Helper()
 	d := route(t, c, 7)
 	addr := addrOf(d.Engine)
 	table := c.routing.Load().models["a"].table
@@ -113,6 +114,14 @@ func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s is not in model a's table", addr)
 	}
+	return addr, table, i
+}
+
+// The tokens a scrape finds held for running requests bound the room the picker sees for
+// a prompt there (picker.Table.Room), and a failed scrape forgets them.
+func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
+	c := placementCore(t)
+	addr, table, i := routedEngine(t, c)
 	c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 2, KVUsage: 0.6, KVTokens: 100_000})
 	if !table.Room(i, 40_000) || table.Room(i, 40_001) {
 		t.Errorf("60k of 100k held: room for 40k %v, for 40,001 %v; want true, false", table.Room(i, 40_000), table.Room(i, 40_001))
@@ -132,13 +141,7 @@ func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
 func TestObserveEngineLoadStatesTheTokensFreed(t *testing.T) {
 	c, clk := newPlacementCore(t)
 	clk.Advance(homeWarmup)
-	d := route(t, c, 7)
-	addr := addrOf(d.Engine)
-	table := c.routing.Load().models["a"].table
-	i, ok := table.Lookup(addr)
-	if !ok {
-		t.Fatalf("%s is not in model a's table", addr)
-	}
+	addr, table, i := routedEngine(t, c)
 	load := func(finished float64) enginemetrics.Load { // 4 running, 80k held: 20k each
 		return enginemetrics.Load{Running: 4, KVUsage: 0.8, KVTokens: 100_000, Finished: finished}
 	}
