@@ -74,3 +74,40 @@ func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
 		t.Error("QuotaAt -1 validated")
 	}
 }
+
+// A long prompt (a sixteenth of the cache or more) whose engine has room for it and
+// nothing waiting starts at once: the quota spares it, though the engine holds more than
+// QuotaAt of its cache in work. A shorter prompt, an engine without room or with requests
+// waiting, and quota_at 0 keep the quota.
+func TestQuotaSparesALongPromptThatStartsNow(t *testing.T) {
+	local := []string{"127.0.0.1:8000", "127.0.0.1:8001"}
+	route := func(c *Core, key uint64, prompt int) Decision {
+		return c.Route(Request{Model: "a", Key: key, BodyBytes: prompt * BytesPerToken}, make([]int, 0, 8))
+	}
+	observe := func(c *Core, l enginemetrics.Load) {
+		for _, a := range local {
+			c.ObserveEngineLoad(a, l)
+		}
+	}
+	c := quotaCore(t, DefaultQuotaAt)
+	observe(c, enginemetrics.Load{Running: 3, KVUsage: 0.6, KVTokens: 100_000}) // 40k of room
+	if d := route(c, 1, 20_000); d.Verdict != Steer {
+		t.Errorf("a 20k prompt with room beside 60k held: verdict %v, want %v", d.Verdict, Steer)
+	}
+	if d := route(c, 2, 6_000); d.Verdict != ShedQuota {
+		t.Errorf("a 6k prompt (under a sixteenth of the cache): verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	observe(c, enginemetrics.Load{Running: 3, KVUsage: 0.9, KVTokens: 100_000})
+	if d := route(c, 3, 20_000); d.Verdict != ShedQuota {
+		t.Errorf("a 20k prompt without room beside 90k held: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	observe(c, enginemetrics.Load{Running: 3, Waiting: 1, KVUsage: 0.6, KVTokens: 100_000})
+	if d := route(c, 4, 20_000); d.Verdict != ShedQuota {
+		t.Errorf("a 20k prompt at engines with a request waiting: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+	c0 := quotaCore(t, 0)
+	observe(c0, enginemetrics.Load{Running: 3, KVUsage: 0.6, KVTokens: 100_000})
+	if d := route(c0, 5, 20_000); d.Verdict != ShedQuota {
+		t.Errorf("quota_at 0: verdict %v, want %v", d.Verdict, ShedQuota)
+	}
+}
