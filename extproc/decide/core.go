@@ -49,10 +49,8 @@ type Config struct {
 	// scrape (an engine whose batch is full of sequences queues with its cache nearly
 	// empty). The plan sheds what its smoothed demand puts above the fleet's capacity,
 	// bursts included; the engines' own load says whether this request is part of what
-	// they cannot hold. A long prompt its engine has room for, with nothing waiting, is
-	// spared whatever the engine holds (startsNowShare). A request whose engine states no
-	// KV cache is shed as the quota says. 0: the quota applies to every request. See
-	// DefaultQuotaAt.
+	// they cannot hold. A request whose engine states no KV cache is shed as the quota
+	// says. 0: the quota applies to every request. See DefaultQuotaAt.
 	QuotaAt float64
 	// PrefillWeight is how many times more than a token an engine's KV cache holds each
 	// token it still has to prefill weighs in the core's view of that engine's work (the
