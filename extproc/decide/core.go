@@ -533,7 +533,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.fallbacks = len(res.Order) - 1 // failover engines outside the subset are not listed
 	}
 	atLimit := res.AtLimit || c.reserved(m.table, res.Order, d.Priority)
-	sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work, prompt))
+	sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work))
 	if sd.Shed() {
 		d.Verdict, d.RetryAfter = ShedQuota, sd.RetryAfter
 		if sd.Reason == guard.ShedLimit {
@@ -614,33 +614,17 @@ func (c *Core) EndStream(ticket string) {
 // queued reports whether the control server's shed quota may take the request: its
 // primary held requests waiting (not scheduled into its batch) at the last scrape, or
 // would hold more than Config.QuotaAt of its KV cache in work, or states no cache; or
-// QuotaAt is 0. A long prompt (at least 1/startsNowShare of the primary's cache) that the
-// primary has room for, with nothing waiting, is not queued: vLLM starts it at once.
-func (c *Core) queued(t *picker.Table, order []int, work, prompt int64) bool {
+// QuotaAt is 0.
+func (c *Core) queued(t *picker.Table, order []int, work int64) bool {
 	if c.cfg.QuotaAt <= 0 || len(order) == 0 {
 		return true
 	}
-	p := order[0]
-	if t.Waiting(p) > 0 {
+	if t.Waiting(order[0]) > 0 {
 		return true
 	}
-	if kc := t.Cache(p); kc > 0 && prompt*startsNowShare >= kc && t.Room(p, prompt) {
-		return false
-	}
-	fill, ok := t.CacheFill(p, work)
+	fill, ok := t.CacheFill(order[0], work)
 	return !ok || fill > c.cfg.QuotaAt
 }
-
-// startsNowShare sets which prompts the shed quota spares when their engine has room for
-// them and nothing waiting: those of at least 1/16 of its KV cache, about a second of its
-// prefill (a cache is some 15 s of it: picker.DefaultOverflowAt). Such a prompt's own
-// prefill is most of its time to first token, which its SLO budget scales with, and it
-// starts at once; shedding it fails it for sure. Shorter prompts keep the quota as it
-// was: on Azure's conversations (prompts of a few thousand tokens) the quota shedding the
-// bursts' peaks is what keeps the rest within their inter-token latency. On the simulator
-// (docs/results/README.md) the agentic sessions with H100 engines met the SLO for 1.3
-// points more requests and shed a sixth as many, and every other trace measured level.
-const startsNowShare = 16
 
 // reservedShare is the part of every capped engine's in-flight cap held back from the
 // lowest priority, shrinking linearly to nothing for the highest: as engines fill up,

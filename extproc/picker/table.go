@@ -468,10 +468,6 @@ func (t *Table) Room(i int, tokens int64) bool {
 	return kc <= 0 || int64(c.h.Load())+tokens <= kc
 }
 
-// Cache is endpoint i's KV cache size in tokens, as last observed (Observation); 0 when
-// unknown.
-func (t *Table) Cache(i int) int64 { return t.ctr[i].cache() }
-
 // Freed is the tokens per second endpoint i's running requests free as they finish, as
 // last observed (Observation.KVFreed): 0 when they finished none lately, -1 when the
 // engine does not state its finishes.
