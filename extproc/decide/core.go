@@ -764,7 +764,7 @@ func (c *Core) InFlight() map[string]int64 {
 // the tokens per second they free as they finish (engineCounters.finishRate times the tokens a running
 // request holds on average). Call it from the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
-	o := picker.Observation{Waiting: int64(l.Waiting)}
+	o := picker.Observation{Waiting: int64(l.Waiting), KVFreed: -1} // -1: finishes not stated
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
 		o.KVWritten, o.KVCapacity = int64(written), int64(l.KVTokens)
 		if c.clock.Now().Sub(c.started) < homeWarmup { // only the warm-up reads them
@@ -776,7 +776,7 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	var peerRequests int64
 	if kv {
 		prefill, finishes, stated := c.engineCounters(addr, l)
-		o.KVHeld, o.KVFreed = int64(held), -1 // -1: the engine states no finishes
+		o.KVHeld = int64(held)
 		if stated {
 			o.KVFreed = 0
 			if finishes > 0 && l.Running > 0 {
