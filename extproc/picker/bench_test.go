@@ -28,7 +28,7 @@ func benchRequests(b *testing.B, request func(tb *Table, key uint64, dst []int) 
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
 			tb := loadedTable(b, n)
 			ks := keys(1<<14, 19)
-			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			dst := make([]int, 0, tb.cfg.Choices)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -67,7 +67,7 @@ func BenchmarkPickHotKey(b *testing.B) {
 			for range 4 * n { // pile the hot key's requests on, as a shared system prompt would
 				tb.Start(tb.Pick(key, 1, 1, nil).Order[0], 1)
 			}
-			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			dst := make([]int, 0, tb.cfg.Choices)
 			b.ReportAllocs()
 			for b.Loop() {
 				dst = tb.Pick(key, 1, 1, dst).Order
@@ -154,7 +154,7 @@ func BenchmarkPickOverflow(b *testing.B) {
 				}
 			}
 			ks := keys(1<<14, 19)
-			dst := make([]int, 0, tb.cfg.Fallbacks+1)
+			dst := make([]int, 0, tb.cfg.Choices)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {

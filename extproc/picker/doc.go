@@ -32,8 +32,8 @@
 //
 // Least-work choice (the power of d choices: Mitzenmacher 2001, "The Power of Two
 // Choices in Randomized Load Balancing"; with a cache-affinity charge): among the
-// endpoints Pick returns within their bound (the key's first Fallbacks+1), the primary is
-// the one that would hold the least work per unit of share after taking the request,
+// key's first Config.Choices endpoints within their bound, the primary is the one that
+// would hold the least work per unit of share after taking the request,
 // every endpoint but the key's first charged the move cost the caller states (the
 // decision core: the prompt's tokens, the prefill an engine without the cached prefix
 // must redo). An endpoint below SpillFloor keeps the key. The bound alone reacts only

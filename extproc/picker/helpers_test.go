@@ -54,7 +54,7 @@ func mustTable(t testing.TB, cfg Config, eps []Endpoint, loads *Loads) *Table {
 // load on the table.
 func primaryShares(tb *Table, ks []uint64) map[string]float64 {
 	out := make(map[string]float64)
-	dst := make([]int, 0, tb.cfg.Fallbacks+1)
+	dst := make([]int, 0, tb.cfg.Choices)
 	for _, k := range ks {
 		r := tb.Pick(k, 1, 1, dst)
 		out[tb.Endpoint(r.Order[0]).Address]++
@@ -68,7 +68,7 @@ func primaryShares(tb *Table, ks []uint64) map[string]float64 {
 // primaries returns the primary address of every key.
 func primaries(tb *Table, ks []uint64) []string {
 	out := make([]string, len(ks))
-	dst := make([]int, 0, tb.cfg.Fallbacks+1)
+	dst := make([]int, 0, tb.cfg.Choices)
 	for i, k := range ks {
 		out[i] = tb.Endpoint(tb.Pick(k, 1, 1, dst).Order[0]).Address
 	}

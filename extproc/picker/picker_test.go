@@ -278,7 +278,7 @@ func TestCountersSurviveSwapAndPrune(t *testing.T) {
 func TestPickAndFormatDoNotAllocate(t *testing.T) {
 	tb := mustTable(t, testConfig(), fleet(64, skewed), NewLoads())
 	ks := keys(1024, 9)
-	dst := make([]int, 0, tb.cfg.Fallbacks+1)
+	dst := make([]int, 0, tb.cfg.Choices)
 	buf := make([]byte, 0, 256)
 	j := 0
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -319,10 +319,12 @@ func TestConfigValidate(t *testing.T) {
 		{"candidates", func(c *Config) { c.Candidates = 0 }},
 		{"candidates", func(c *Config) { c.Candidates = 9 }},
 		{"fallbacks", func(c *Config) { c.Fallbacks = -1 }},
+		{"choices", func(c *Config) { c.Fallbacks, c.Choices = 4, 4 }},
+		{"choices", func(c *Config) { c.Choices = 65 }},
 		{"epsilon", func(c *Config) { c.Epsilon = 0 }},
 		{"epsilon", func(c *Config) { c.Epsilon = math.NaN() }},
 		{"maxInFlight", func(c *Config) { c.MaxInFlight = -1 }},
-		{"maxExamined", func(c *Config) { c.MaxExamined = 2 }}, // below fallbacks+1 = 3
+		{"maxExamined", func(c *Config) { c.MaxExamined = 11 }}, // below choices = 12
 		{"maxExamined", func(c *Config) { c.MaxExamined = 65 }},
 	} {
 		c := DefaultConfig()
@@ -560,7 +562,7 @@ func TestObservedWorkInformsTheChoice(t *testing.T) {
 // though this process sent it nothing, and takes its keys back once they finish.
 func TestPeersWorkCountsInBoundedLoads(t *testing.T) {
 	cfg := testConfig()
-	cfg.Fallbacks = 0 // no least-work choice: what moves the key is the bound alone
+	cfg.Fallbacks, cfg.Choices = 0, 1 // no least-work choice: what moves the key is the bound alone
 	loads := NewLoads()
 	tb := mustTable(t, cfg, fleet(4, equal), loads)
 	dst := make([]int, 0, 4)
@@ -602,5 +604,44 @@ func TestPeersWorkCountsInTheLeastWorkChoice(t *testing.T) {
 	mustTable(t, cfg, append(fleet(4, equal), late), loads)
 	if got := loads.Peers(late.Address); got != 777 {
 		t.Errorf("an endpoint added after the peers' snapshot holds %d of their work, want 777", got)
+	}
+}
+
+// The least-work choice weighs the key's first Choices endpoints, and the list it returns
+// is cut to Fallbacks+1: with the key's first seven engines busy and its eighth idle, the
+// eighth is the primary though a list of two would not have held it, and the key's first
+// follows it. With Choices at Fallbacks+1 the choice stays among the first two.
+func TestTheChoiceWeighsChoicesEnginesAndListsFallbacks(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon = 1000 // bounded loads never pass an endpoint over: the choice alone moves the key
+	cfg.Fallbacks, cfg.Choices = 7, 8
+	loads := NewLoads()
+	eps := fleet(8, equal)
+	all := mustTable(t, cfg, eps, loads)
+	const key = 0x5eed_0000_1234_abcd
+	order := all.Pick(key, 100, 0, nil).Order
+	if len(order) != 8 {
+		t.Fatalf("the full order has %d engines, want 8", len(order))
+	}
+	for j, i := range order[:7] {
+		all.Start(i, 100_000+int64(j)*1000)
+	}
+	cfg.Fallbacks = 1
+	tb := mustTable(t, cfg, eps, loads)
+	r := tb.Pick(key, 100, 500, make([]int, 0, cfg.Choices))
+	if want := []int{order[7], order[0]}; !slices.Equal(r.Order, want) || !r.Spilled {
+		t.Errorf("order %v (spilled %v), want %v spilled: the idle eighth engine, then the key's first", r.Order, r.Spilled, want)
+	}
+	// A home beyond the list, on a light engine, keeps its key: the walk goes on to find
+	// it though the key's first engine holds too little for the choice to be in play.
+	light := NewLoads()
+	lt := mustTable(t, cfg, eps, light)
+	if got := lt.PickHome(key, 100, 500, order[6], nil).Order; len(got) != 2 || got[0] != order[6] {
+		t.Errorf("home %d beyond the list: order %v, want the home first", order[6], got)
+	}
+	cfg.Choices = 2
+	narrow := mustTable(t, cfg, eps, loads)
+	if got := narrow.Pick(key, 100, 500, nil).Order; len(got) != 2 || got[0] == order[7] || got[1] == order[7] {
+		t.Errorf("choices 2: order %v, want the key's first two engines only", got)
 	}
 }

@@ -27,7 +27,8 @@ type Table struct {
 	k         int
 	mask      uint32
 	shift     uint
-	want      int // entries Pick tries to return: min(Fallbacks+1, n)
+	want      int // candidates Pick gathers for the least-work choice: min(Choices, n)
+	list      int // entries Pick returns at most: min(Fallbacks+1, n)
 	maxExam   int // distinct endpoints Pick may examine: min(MaxExamined, n)
 	maxProbe  int // buckets Pick may visit
 	capTotal  int64
@@ -104,7 +105,8 @@ func newTable(cfg Config, endpoints []Endpoint, loads *Loads, memo *Rankings) (*
 		k:        min(cfg.Candidates, max(n, 1)),
 		mask:     uint32(cfg.Buckets - 1),
 		shift:    uint(64 - log2(cfg.Buckets)),
-		want:     min(cfg.Fallbacks+1, n),
+		want:     min(cfg.Choices, n),
+		list:     min(cfg.Fallbacks+1, n),
 		maxExam:  min(cfg.MaxExamined, n),
 		maxProbe: 4 * cfg.MaxExamined,
 	}
@@ -142,8 +144,8 @@ func newTable(cfg Config, endpoints []Endpoint, loads *Loads, memo *Rankings) (*
 
 // Pick returns the key's preference list for a request of the given work, honouring
 // bounded loads and hard caps, and choosing its primary by the least relative work among
-// the endpoints within their bound. It appends to dst[:0] and allocates nothing when
-// cap(dst) ≥ Fallbacks+1. It only reads the in-flight counters: call Start, with the
+// the endpoints within their bound. It returns at most Fallbacks+1 endpoints, appended to
+// dst[:0], and allocates nothing when cap(dst) ≥ Choices. It only reads the in-flight counters: call Start, with the
 // same work, on the endpoint the request is sent to.
 //
 // Bounded loads compare outstanding work, not request counts: an endpoint is within its
@@ -155,7 +157,8 @@ func newTable(cfg Config, endpoints []Endpoint, loads *Loads, memo *Rankings) (*
 //
 // The least-work choice: once the key's first endpoint within its bound holds at least
 // Config.SpillFloor, the primary is whichever returned endpoint within its bound would
-// hold the least work relative to its share after taking the request, where every
+// hold the least work relative to its share after taking the request (the key's first
+// Config.Choices endpoints within their bound are weighed), where every
 // endpoint but that first one is charged move on top of work (the work it must redo
 // because it lacks the key's cached prefix: the decision core passes the prompt's
 // tokens). Ties keep the first. Here an endpoint's work is its work in flight (this
@@ -214,8 +217,6 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 		return Result{Order: dst}
 	}
 	key, home := a.Key, a.Home
-	var seen, over [MaxExamined]uint16
-	nseen, nover := 0, 0
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work := max(a.Work, 1)
 	mv := charge{move: max(a.Move, 0), prompt: max(a.Prompt, 0)}
@@ -225,43 +226,20 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 	if a.Prefixes != nil && len(a.Marks) > 0 && mv.move > 0 {
 		mv.prefixes, mv.marks = a.Prefixes, a.Marks
 	}
-	total := float64(t.total.inFlight() + work)
-	b := uint32(mix(key) >> t.shift)
-	for probe := 0; probe < t.maxProbe && nseen < t.maxExam && len(dst) < t.want; probe++ {
-		base := int((b+uint32(probe))&t.mask) * t.k
-		for _, c := range t.slots[base : base+t.k] {
-			if c == emptySlot {
-				break
-			}
-			if slices.Contains(seen[:nseen], c) {
-				continue
-			}
-			seen[nseen] = c
-			nseen++
-			w := t.ctr[c].inFlight()
-			switch {
-			case t.ctr[c].n.Load() >= t.limit[c]:
-				// At the hard cap: never returned.
-			case w < t.cfg.SpillFloor || float64(w) < t.bound[c]*total:
-				// With work 1 per request: in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total.
-				dst = append(dst, int(c))
-			default:
-				over[nover] = c
-				nover++
-			}
-			if nseen == t.maxExam || len(dst) == t.want {
-				break
-			}
+	w := walk{b: uint32(mix(key) >> t.shift), total: float64(t.total.inFlight() + work)}
+	dst = t.gather(&w, dst, t.list)
+	// The walk goes on to Choices endpoints only when the least-work choice is in play:
+	// the key's home lies beyond the list, or the endpoint that would keep the key holds
+	// SpillFloor or more. Otherwise the choice keeps that endpoint, as it would among
+	// Choices, and the list is the same.
+	if t.want > len(dst) && len(dst) == t.list {
+		h := max(slices.Index(dst, home), 0)
+		if (home >= 0 && home < t.n && !w.saw(uint16(home))) || t.ctr[dst[h]].load() >= t.cfg.SpillFloor {
+			dst = t.gather(&w, dst, t.want)
 		}
 	}
 	within := len(dst)
-	for _, c := range over[:nover] {
-		if len(dst) == t.want {
-			break
-		}
-		dst = append(dst, int(c))
-	}
-	if len(dst) == 0 {
+	if len(dst) == 0 && w.nover == 0 {
 		// Every ranked endpoint examined is at its hard cap: an overflow endpoint with room
 		// takes the request rather than the caller shedding it.
 		if o := t.overflow(-1, -1, work, &mv, home); o >= 0 {
@@ -270,11 +248,21 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 		return Result{Order: dst, Spilled: true, AtLimit: true}
 	}
 	if within > 1 {
-		t.leastWork(dst[:within], work, &mv, home)
+		t.leastWork(dst, work, &mv, home)
 	}
+	if len(dst) > t.list { // the choice weighed more endpoints than the list carries
+		dst = dst[:t.list]
+	}
+	for _, c := range w.over[:w.nover] {
+		if len(dst) == t.list {
+			break
+		}
+		dst = append(dst, int(c))
+	}
+	seen := w.seen[:w.nseen]
 	// The key's usual engine is its home when Pick examined it, else its first.
 	usual := int(seen[0])
-	if home >= 0 && home < t.n && slices.Contains(seen[:nseen], uint16(home)) {
+	if home >= 0 && home < t.n && slices.Contains(seen, uint16(home)) {
 		usual = home
 	}
 	if len(t.eps) > t.n {
@@ -287,6 +275,54 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 		}
 	}
 	return Result{Order: dst, Spilled: dst[0] != usual}
+}
+
+// walk is one Pick's way through the key's buckets: where it stands, the endpoints it has
+// examined, and those it found over their bound. gather resumes it.
+type walk struct {
+	b            uint32  // the key's first bucket
+	total        float64 // work in flight on the ranked endpoints, with the request's
+	probe, slot  int     // the next candidate to examine: bucket b+probe, its slot-th
+	seen, over   [MaxExamined]uint16
+	nseen, nover int
+}
+
+func (w *walk) saw(c uint16) bool { return slices.Contains(w.seen[:w.nseen], c) }
+
+// gather walks on through the key's buckets, appending to dst the endpoints within their
+// bound (bounded loads and the hard cap, Pick) until dst holds want or the walk has
+// examined MaxExamined endpoints or probed its buckets.
+func (t *Table) gather(w *walk, dst []int, want int) []int {
+	for ; w.probe < t.maxProbe && w.nseen < t.maxExam && len(dst) < want; w.probe, w.slot = w.probe+1, 0 {
+		base := int((w.b+uint32(w.probe))&t.mask) * t.k
+		for ; w.slot < t.k; w.slot++ {
+			c := t.slots[base+w.slot]
+			if c == emptySlot {
+				break
+			}
+			if w.saw(c) {
+				continue
+			}
+			w.seen[w.nseen] = c
+			w.nseen++
+			in := t.ctr[c].inFlight()
+			switch {
+			case t.ctr[c].n.Load() >= t.limit[c]:
+				// At the hard cap: never returned.
+			case in < t.cfg.SpillFloor || float64(in) < t.bound[c]*w.total:
+				// With work 1 per request: in < ⌈(1+ε)·share·total⌉ ⇔ in < (1+ε)·share·total.
+				dst = append(dst, int(c))
+			default:
+				w.over[w.nover] = c
+				w.nover++
+			}
+			if w.nseen == t.maxExam || len(dst) == want {
+				w.slot++
+				return dst
+			}
+		}
+	}
+	return dst
 }
 
 // overflow returns the overflow endpoint that should take the request instead of p, or -1:

@@ -242,7 +242,10 @@ type FileRequest struct {
 
 // FilePicker is the file's picker: section.
 type FilePicker struct {
-	Fallbacks          int     `yaml:"fallbacks"`
+	Fallbacks int `yaml:"fallbacks"`
+	// Choices: how many of a key's engines the least-work choice weighs for its primary
+	// (at least fallbacks+1).
+	Choices            int     `yaml:"choices"`
 	BoundedLoadEpsilon float64 `yaml:"bounded_load_epsilon"`
 	MaxInFlight        int64   `yaml:"max_in_flight"`
 	// DecodeWorkTokens: bounded loads weigh a request by its body's tokens plus this.
@@ -325,7 +328,7 @@ func DefaultFile() File {
 		Request: FileRequest{BlockBytes: req.BlockBytes, MaxBlocks: req.MaxBlocks, AffinityBlocks: req.KeyBlocks,
 			BodyLimitBytes: 1 << 20, HoldTimeout: 100 * time.Millisecond,
 			MaxRequestBytes: RequestLimits{DefaultBytes: DefaultMaxRequestBytes}},
-		Picker: FilePicker{Fallbacks: pk.Fallbacks, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
+		Picker: FilePicker{Fallbacks: pk.Fallbacks, Choices: pk.Choices, BoundedLoadEpsilon: pk.Epsilon, MaxInFlight: pk.MaxInFlight,
 			DecodeWorkTokens: decide.DefaultDecodeWork, SpillFloor: DefaultSpillFloor, MoveFactor: decide.DefaultMoveFactor,
 			OverflowAt: pk.OverflowAt, OverflowEngines: decide.DefaultOverflowEngines, RoomWait: pk.RoomWait},
 		// An engine at the minimum factor gets almost no traffic, so its statistics barely
@@ -389,6 +392,9 @@ func (f File) Validate() error {
 	p := f.Picker
 	if p.Fallbacks < 0 || p.Fallbacks > picker.MaxExamined-1 {
 		bad("picker.fallbacks", "is %d: want 0..%d", p.Fallbacks, picker.MaxExamined-1)
+	}
+	if p.Choices < p.Fallbacks+1 || p.Choices > picker.MaxExamined {
+		bad("picker.choices", "is %d: want %d..%d (at least picker.fallbacks+1)", p.Choices, p.Fallbacks+1, picker.MaxExamined)
 	}
 	if !(p.BoundedLoadEpsilon > 0) || math.IsInf(p.BoundedLoadEpsilon, 0) {
 		bad("picker.bounded_load_epsilon", "is %v: want a finite value > 0", p.BoundedLoadEpsilon)
@@ -494,10 +500,10 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	req.BlockBytes, req.MaxBlocks, req.KeyBlocks = f.Request.BlockBytes, f.Request.MaxBlocks, f.Request.AffinityBlocks
 	req.Marks = f.Request.PrefixMarks
 	pk := picker.DefaultConfig()
-	pk.Fallbacks, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
+	pk.Fallbacks, pk.Choices, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.Choices, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)
 	pk.OverflowAt, pk.RoomWait = f.Picker.OverflowAt, f.Picker.RoomWait
-	pk.MaxExamined = max(pk.MaxExamined, pk.Fallbacks+1)
+	pk.MaxExamined = max(pk.MaxExamined, pk.Choices)
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife
 	sh := guard.DefaultShedConfig()

@@ -50,6 +50,8 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		{"picker: {overflow_engines: -1}", "picker.overflow_engines is -1"},
 		{"picker: {overflow_engines: 65}", "picker.overflow_engines is 65"},
 		{"picker: {room_wait: -1s}", "picker.room_wait is -1s"},
+		{"picker: {fallbacks: 5, choices: 5}", "picker.choices is 5: want 6..64"},
+		{"picker: {choices: 65}", "picker.choices is 65"},
 		{"picker: {room_wait: 11m}", "picker.room_wait is 11m0s"},
 		{"placements: {exchange_interval: 1ms}", "placements.exchange_interval is 1ms"},
 		{"placements: {exchange_interval: 1m}", "placements.exchange_interval is 1m0s"},
@@ -78,7 +80,7 @@ func TestConfigFileIsApplied(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sidecar.yaml")
 	if err := os.WriteFile(path, []byte(`
 request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, prefix_marks: true, body_limit_bytes: 65536, hold_timeout: 50ms}
-picker: {fallbacks: 3, bounded_load_epsilon: 0.5, max_in_flight: 7, decode_work_tokens: 99, spill_floor: 6, move_factor: 1.5, overflow_at: 0.35, overflow_engines: 3, room_wait: 3s}
+picker: {fallbacks: 3, choices: 9, bounded_load_epsilon: 0.5, max_in_flight: 7, decode_work_tokens: 99, spill_floor: 6, move_factor: 1.5, overflow_at: 0.35, overflow_engines: 3, room_wait: 3s}
 outliers: {penalty_recover_half_life: 9s}
 retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
 shed: {priorities: 6, retry_after: 2s, quota_at: 0.75}
@@ -99,9 +101,10 @@ report_interval: 3s
 		c.Retry.Curve.MaxRetriesIdle, c.Retry.Curve.GenerousBelow, c.Retry.Curve.ZeroAt, c.Retry.Curve.RetryOn, c.Retry.Ratio,
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),
 		c.EngineLoad.Interval.String(), c.EngineLoad.Timeout.String(), c.MoveFactor, c.Core().MoveFactor, c.PlacementInterval.String(),
-		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight, c.PeerInterval.String(), c.Request.Marks, c.Core().PrefixMarks, c.Picker.RoomWait.String()}
+		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight, c.PeerInterval.String(), c.Request.Marks, c.Core().PrefixMarks, c.Picker.RoomWait.String(),
+		c.Picker.Choices, c.Picker.MaxExamined}
 	// spill_floor counts short requests: the picker's floor is 6 × decode_work_tokens of work.
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms", true, true, "3s"}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms", true, true, "3s", 9, 16}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
@@ -114,6 +117,13 @@ report_interval: 3s
 func TestDefaultPrefillWeightReachesTheCore(t *testing.T) {
 	if got := DefaultConfig(slog.New(slog.DiscardHandler)).Core().PrefillWeight; got != decide.DefaultPrefillWeight {
 		t.Fatalf("the sidecar's default core weighs prompts in prefill %v times, want %v", got, decide.DefaultPrefillWeight)
+	}
+}
+
+// The shipped file's choices are the picker's own default.
+func TestDefaultChoicesAreThePickersDefault(t *testing.T) {
+	if got := DefaultConfig(slog.New(slog.DiscardHandler)).Picker.Choices; got != picker.DefaultChoices || got <= picker.DefaultFallbacks+1 {
+		t.Fatalf("the sidecar's default choices are %d, the picker's %d", got, picker.DefaultChoices)
 	}
 }
 

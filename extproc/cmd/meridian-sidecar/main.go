@@ -78,6 +78,7 @@ func main() {
 	fs.Int64Var(&flagged.Request.BodyLimitBytes, "body-limit", file.Request.BodyLimitBytes, "Envoy's buffer limit (bootstrap --buffer-limit): the sidecar routes on at most half of it of a body (request.body_limit_bytes)")
 	fs.Int64Var(&flagged.Request.MaxRequestBytes.DefaultBytes, "max-request-bytes", file.Request.MaxRequestBytes.DefaultBytes, "largest request body in bytes: 413 in OpenAI's shape above it (request.max_request_bytes.default_bytes; per model in the --config file)")
 	fs.IntVar(&flagged.Picker.Fallbacks, "fallbacks", file.Picker.Fallbacks, "engines after the primary in the endpoint list (picker.fallbacks)")
+	fs.IntVar(&flagged.Picker.Choices, "choices", file.Picker.Choices, "engines the least-work choice weighs for a key's primary, at least --fallbacks+1 (picker.choices)")
 	fs.DurationVar(&flagged.Peers.Interval, "peer-interval", file.Peers.Interval, "how often this sidecar's requests in flight go to the peers watching it (peers.interval)")
 	fs.StringVar(&f.otlp, "otlp-endpoint", "", "host:port of an OTLP/gRPC collector (plaintext) to export one span per decision to; empty: no spans")
 	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM certificate naming spiffe://meridian/node/<node-id>/sidecar; with --tls-key and --tls-ca, mutual TLS to the control server and from Envoy")
@@ -115,6 +116,8 @@ func main() {
 			file.Request.BodyLimitBytes = flagged.Request.BodyLimitBytes
 		case "fallbacks":
 			file.Picker.Fallbacks = flagged.Picker.Fallbacks
+		case "choices":
+			file.Picker.Choices = flagged.Picker.Choices
 		case "max-request-bytes":
 			file.Request.MaxRequestBytes.DefaultBytes = flagged.Request.MaxRequestBytes.DefaultBytes
 		case "peer-interval":
