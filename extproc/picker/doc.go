@@ -33,10 +33,14 @@
 // Least-work choice (the power of d choices: Mitzenmacher 2001, "The Power of Two
 // Choices in Randomized Load Balancing"; with a cache-affinity charge): among the
 // key's first Config.Choices endpoints within their bound, the primary is the one that
-// would hold the least work per unit of share after taking the request,
-// every endpoint but the key's first charged the move cost the caller states (the
-// decision core: the prompt's tokens, the prefill an engine without the cached prefix
-// must redo). An endpoint below SpillFloor keeps the key. The bound alone reacts only
+// would hold the least work for its size after taking the request (per token of its KV
+// cache, which tracks its engine's speed, when every candidate's scrape states one; per
+// unit of share when one does not), every endpoint but the key's first charged the move
+// cost the caller states (the decision core: the prompt's tokens, the prefill an engine
+// without the cached prefix must redo). The shares still rank the key's engines and bound
+// their loads; weighed against its share, an engine the plan gives little of the node's
+// traffic (another region's) looked busy while it idled, and bursts queued on the key's
+// first engines. An endpoint below SpillFloor keeps the key. The bound alone reacts only
 // once an engine holds (1+ε) × its share, which a sidecar seeing a quarter of a region's
 // traffic rarely observes; the choice moves a long prompt off an engine already busy with
 // more than a prompt's worth of work, to the engine every sidecar ranks next for that key.

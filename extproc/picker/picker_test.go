@@ -494,8 +494,8 @@ func TestLeastWorkChoice(t *testing.T) {
 	}
 }
 
-// The choice weighs work against each endpoint's share: an endpoint with twice the weight
-// takes twice the work before it looks as loaded.
+// With no cache's size known, the choice weighs work against each endpoint's share: an
+// endpoint with twice the weight takes twice the work before it looks as loaded.
 func TestLeastWorkChoiceFollowsShares(t *testing.T) {
 	cfg := testConfig()
 	cfg.Epsilon, cfg.SpillFloor = 10, 1
@@ -643,5 +643,49 @@ func TestTheChoiceWeighsChoicesEnginesAndListsFallbacks(t *testing.T) {
 	narrow := mustTable(t, cfg, eps, loads)
 	if got := narrow.Pick(key, 100, 500, nil).Order; len(got) != 2 || got[0] == order[7] || got[1] == order[7] {
 		t.Errorf("choices 2: order %v, want the key's first two engines only", got)
+	}
+}
+
+// The least-work choice weighs each candidate's work relative to its KV cache when every
+// candidate states one, and relative to its share of the table when one does not: an
+// engine with a tenth of the share and a fifth of the work takes the request by its cache,
+// and not by its share; a cache four times the size holds four times the work as lightly.
+func TestTheChoiceWeighsWorkPerTokenOfCache(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon = 1000 // bounded loads never pass an endpoint over: the choice alone moves the key
+	cfg.Fallbacks, cfg.Choices = 1, 2
+	weights := []float64{9, 1}
+	eps := fleet(2, func(i int) float64 { return weights[i] })
+	probe := mustTable(t, cfg, eps, NewLoads())
+	var key uint64
+	for _, k := range keys(1000, 9) {
+		if probe.Endpoint(probe.Pick(k, 1, 0, nil).Order[0]).Weight == 9 {
+			key = k
+			break
+		}
+	}
+	pick := func(bigCache, smallCache int64) string {
+		loads := NewLoads()
+		tb := mustTable(t, cfg, eps, loads)
+		big, _ := tb.Lookup(eps[0].Address)
+		small, _ := tb.Lookup(eps[1].Address)
+		tb.Start(big, 50_000)
+		tb.Start(small, 10_000)
+		for i, kc := range map[int]int64{big: bigCache, small: smallCache} {
+			if kc > 0 {
+				observeKV(loads, tb, i, 0, kc)
+			}
+		}
+		return tb.Endpoint(tb.Pick(key, 1_000, 2_000, nil).Order[0]).Engine
+	}
+	// By cache: 51k of 100k against 13k of 100k. By share: 51k / 0.9 against 13k / 0.1.
+	if got := pick(100_000, 100_000); got != eps[1].Engine {
+		t.Errorf("equal caches: primary %s, want %s, the one holding a fifth of the work", got, eps[1].Engine)
+	}
+	if got := pick(100_000, 0); got != eps[0].Engine {
+		t.Errorf("one cache unknown: primary %s, want %s, by the shares", got, eps[0].Engine)
+	}
+	if got := pick(400_000, 100_000); got != eps[0].Engine {
+		t.Errorf("a cache four times the size: primary %s, want %s (51k of 400k against 13k of 100k)", got, eps[0].Engine)
 	}
 }

@@ -157,7 +157,8 @@ func newTable(cfg Config, endpoints []Endpoint, loads *Loads, memo *Rankings) (*
 //
 // The least-work choice: once the key's first endpoint within its bound holds at least
 // Config.SpillFloor, the primary is whichever returned endpoint within its bound would
-// hold the least work relative to its share after taking the request (the key's first
+// hold the least work relative to its size after taking the request (its KV cache in
+// tokens when every candidate's is known, else its share; the key's first
 // Config.Choices endpoints within their bound are weighed), where every
 // endpoint but that first one is charged move on top of work (the work it must redo
 // because it lacks the key's cached prefix: the decision core passes the prompt's
@@ -365,20 +366,23 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 }
 
 // leastWork moves to the front of order (endpoints within their bound, in the key's
-// order) the one that would hold the least work relative to its share after taking the
+// order) the one that would hold the least work relative to its size after taking the
 // request, charging move to all but the home (the key's first unless home is in order);
-// see Pick and PickHome.
+// see Pick and PickHome. An endpoint's size is its KV cache in tokens when every
+// candidate states one (a cache's size tracks its engine's speed: Config.OverflowAt), else
+// its share of the table.
 func (t *Table) leastWork(order []int, work int64, move *charge, home int) {
 	h := max(slices.Index(order, home), 0)
 	w0 := t.ctr[order[h]].load()
 	best := h
 	if w0 >= t.cfg.SpillFloor {
-		cost := float64(w0+work+move.full(t, order[h])) / t.bound[order[h]]
+		byCache := !slices.ContainsFunc(order, func(c int) bool { return t.ctr[c].cache() <= 0 })
+		cost := float64(w0+work+move.full(t, order[h])) / t.size(order[h], byCache)
 		for j, c := range order {
 			if j == h {
 				continue
 			}
-			if v := float64(t.ctr[c].load()+work+move.at(t, c)+move.full(t, c)) / t.bound[c]; v < cost {
+			if v := float64(t.ctr[c].load()+work+move.at(t, c)+move.full(t, c)) / t.size(c, byCache); v < cost {
 				best, cost = j, v
 			}
 		}
@@ -388,6 +392,15 @@ func (t *Table) leastWork(order []int, work int64, move *charge, home int) {
 		copy(order[1:best+1], order[:best])
 		order[0] = c
 	}
+}
+
+// size is what the least-work choice divides endpoint c's work by: its KV cache in tokens
+// (byCache), else its share of the table.
+func (t *Table) size(c int, byCache bool) float64 {
+	if byCache {
+		return float64(t.ctr[c].cache())
+	}
+	return t.bound[c]
 }
 
 // Start records a request of the given work (as given to Pick) sent to endpoint i and
