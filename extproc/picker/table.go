@@ -145,8 +145,8 @@ func newTable(cfg Config, endpoints []Endpoint, loads *Loads, memo *Rankings) (*
 // Pick returns the key's preference list for a request of the given work, honouring
 // bounded loads and hard caps, and choosing its primary by the least relative work among
 // the endpoints within their bound. It returns at most Fallbacks+1 endpoints, appended to
-// dst[:0], and allocates nothing when cap(dst) ≥ Choices. It only reads the in-flight counters: call Start, with the
-// same work, on the endpoint the request is sent to.
+// dst[:0], and allocates nothing when cap(dst) ≥ Choices. It only reads the in-flight
+// counters: call Start, with the same work, on the endpoint the request is sent to.
 //
 // Bounded loads compare outstanding work, not request counts: an endpoint is within its
 // bound while the work it has in flight is below (1+ε) × its share of all work in flight
