@@ -234,8 +234,7 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 	// SpillFloor or more. Otherwise the choice keeps that endpoint, as it would among
 	// Choices, and the list is the same.
 	if t.want > len(dst) && len(dst) == t.list {
-		h := max(slices.Index(dst, home), 0)
-		if (home >= 0 && home < t.n && !w.saw(uint16(home))) || t.ctr[dst[h]].load() >= t.cfg.SpillFloor {
+		if _, inPlay := t.keeper(dst, home); inPlay || (home >= 0 && home < t.n && !w.saw(uint16(home))) {
 			dst = t.gather(&w, dst, t.want)
 		}
 	}
@@ -372,10 +371,10 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 // candidate states one (a cache's size tracks its engine's speed: Config.OverflowAt), else
 // its share of the table.
 func (t *Table) leastWork(order []int, work int64, move *charge, home int) {
-	h := max(slices.Index(order, home), 0)
-	w0 := t.ctr[order[h]].load()
+	h, inPlay := t.keeper(order, home)
 	best := h
-	if w0 >= t.cfg.SpillFloor {
+	if inPlay {
+		w0 := t.ctr[order[h]].load()
 		byCache := !slices.ContainsFunc(order, func(c int) bool { return t.ctr[c].cache() <= 0 })
 		cost := float64(w0+work+move.full(t, order[h])) / t.size(order[h], byCache)
 		for j, c := range order {
@@ -392,6 +391,14 @@ func (t *Table) leastWork(order []int, work int64, move *charge, home int) {
 		copy(order[1:best+1], order[:best])
 		order[0] = c
 	}
+}
+
+// keeper is the index in order of the endpoint the least-work choice lets keep the key
+// (the home when order holds it, else the key's first), and whether the choice is in
+// play: that endpoint holds Config.SpillFloor or more.
+func (t *Table) keeper(order []int, home int) (h int, inPlay bool) {
+	h = max(slices.Index(order, home), 0)
+	return h, t.ctr[order[h]].load() >= t.cfg.SpillFloor
 }
 
 // size is what the least-work choice divides endpoint c's work by: its KV cache in tokens
