@@ -344,11 +344,10 @@ func scrapeLoad(t *testing.T, base string) enginemetrics.Load {
 // The mock states its KV cache as vLLM does (cache_config_info), and the sidecar's load
 // read finds its capacity there; with fixed latencies it has no cache and states none.
 func TestMetricsStateTheKVCache(t *testing.T) {
-	load := func(base string) enginemetrics.Load { return scrapeLoad(t, base) }
-	if l := load(startMock(t, "--kv-tokens", "160000", "--block-tokens", "16")); l.KVTokens != 160000 || l.KVUsage != 0 {
+	if l := scrapeLoad(t, startMock(t, "--kv-tokens", "160000", "--block-tokens", "16")); l.KVTokens != 160000 || l.KVUsage != 0 {
 		t.Errorf("model mock: %+v, want 160000 KV tokens at usage 0", l)
 	}
-	if l := load(startMock(t, "--ttft", "10ms")); l.KVTokens != 0 {
+	if l := scrapeLoad(t, startMock(t, "--ttft", "10ms")); l.KVTokens != 0 {
 		t.Errorf("fixed-latency mock states %v KV tokens, want none", l.KVTokens)
 	}
 }
