@@ -91,6 +91,13 @@
 // moving would cost the key its context. Past RoomWait (a few long agentic turns decoding,
 // or nothing finished lately) the move cost is at most a cache's worth of work, what the
 // home is charged for having no room, so the least-work choice weighs the two as loads.
+// When the key's home is not among the candidates (over its bound or at its cap), the
+// key's first takes its place as it does for a key without a home, keeping the key
+// without a move charge (every router ranks it first for the key, so it may well hold
+// the prefix), but only while it has room for the prompt: without room it is charged the
+// move like every other candidate, and the prompt goes where it would wait least. An
+// agentic session whose home was full stayed on the key's first, as full, for lack of
+// this (docs/results/README.md).
 // docs/results/README.md has what each measured.
 //
 // Overflow (pooling across the plan's boundary, per request): a table may also hold

@@ -145,3 +145,42 @@ func TestAHomeThatWouldWaitPastRoomWaitKeepsItsKeyForACache(t *testing.T) {
 		t.Errorf("with room_wait 0 a home that has finished nothing keeps its move cost: primary %d, want %d", got, a)
 	}
 }
+
+// When the key's home is not among the candidates (here at its hard cap), the key's first
+// keeps the key without a move charge, as it does for a key without a home, only while it
+// has room for the prompt: without room it is charged the move like the others, and the
+// prompt goes to the engine with room.
+func TestAFirstStandingInForAnAbsentHomeKeepsTheKeyOnlyWithRoom(t *testing.T) {
+	cfg := testConfig()
+	cfg.Epsilon = 10
+	cfg.SpillFloor = 1_000
+	const key = 0xfeed
+	eps := fleet(3, equal)
+	order := mustTable(t, cfg, eps, NewLoads()).Pick(key, 1_000, 0, nil).Order
+	a, b, home := order[0], order[1], order[2]
+	eps[home].MaxInFlight = 1 // fleet's addresses are in the table's order
+	loads := NewLoads()
+	tb := mustTable(t, cfg, eps, loads)
+	for _, i := range []int{a, b, home} {
+		observeKV(loads, tb, i, 0, 100_000)
+	}
+	th, ta, tbb := tb.Start(home, 1_000), tb.Start(a, 20_000), tb.Start(b, 10_000)
+	defer th.Done()
+	defer ta.Done()
+	defer tbb.Done()
+	const prompt = 30_000
+	ask := Ask{Key: key, Work: 1_000, Move: 16 * prompt, Home: home, Prompt: prompt}
+
+	observeKV(loads, tb, a, 50_000, 100_000) // room for the prompt
+	if got := tb.PickFor(&ask, nil).Order[0]; got != a {
+		t.Errorf("the key's first with room, its home at its cap: primary %d, want the first %d (a move costs 480k)", got, a)
+	}
+	observeKV(loads, tb, a, 80_000, 100_000) // 10k short of room
+	if got := tb.PickFor(&ask, nil).Order[0]; got != b {
+		t.Errorf("the key's first without room, its home at its cap: primary %d, want %d, which has room", got, b)
+	}
+	ask.Home = -1
+	if got := tb.PickFor(&ask, nil).Order[0]; got != a {
+		t.Errorf("without room but with no home known: primary %d, want the key's first %d", got, a)
+	}
+}

@@ -203,8 +203,9 @@ type Ask struct {
 // none known). The home takes the place of the key's first endpoint in the least-work
 // choice: it keeps the key while it holds less than Config.SpillFloor, and past the floor
 // every other endpoint is charged move. A home outside the endpoints Pick returns within
-// their bound is ignored by the choice. Result.Spilled then says the home (when Pick
-// examined it) is not the primary.
+// their bound leaves the choice to the key's first, as without a home, except that with
+// PickFor's Ask.Prompt a first without room for it is charged move too (leastWork).
+// Result.Spilled then says the home (when Pick examined it) is not the primary.
 func (t *Table) PickHome(key uint64, work, move int64, home int, dst []int) Result {
 	return t.PickFor(&Ask{Key: key, Work: work, Move: move, Home: home}, dst)
 }
@@ -367,16 +368,25 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 // leastWork moves to the front of order (endpoints within their bound, in the key's
 // order) the one that would hold the least work relative to its size after taking the
 // request, charging move to all but the home (the key's first unless home is in order);
-// see Pick and PickHome. An endpoint's size is its KV cache in tokens when every
-// candidate states one (a cache's size tracks its engine's speed: Config.OverflowAt), else
-// its share of the table.
+// see Pick and PickHome. A key's first that stands in for a home outside order (over its
+// bound, at its cap, past the walk, or an overflow endpoint) and has no room for the
+// prompt (Room) is charged move too: it holds the key's context only as every router's
+// first choice for the key, and the request would wait there for room. An endpoint's
+// size is its KV cache in tokens when every candidate states one (a cache's size tracks
+// its engine's speed: Config.OverflowAt), else its share of the table.
 func (t *Table) leastWork(order []int, work int64, move *charge, home int) {
 	h, inPlay := t.keeper(order, home)
 	best := h
 	if inPlay {
-		w0 := t.ctr[order[h]].load()
+		full := move.full(t, order[h])
+		w0 := t.ctr[order[h]].load() + full
+		if full > 0 && home >= 0 && order[h] != home {
+			// The key's first stands in for a home the choice cannot send to, and has no
+			// room for the prompt: it is charged the move like the others.
+			w0 += move.at(t, order[h])
+		}
 		byCache := !slices.ContainsFunc(order, func(c int) bool { return t.ctr[c].cache() <= 0 })
-		cost := float64(w0+work+move.full(t, order[h])) / t.size(order[h], byCache)
+		cost := float64(w0+work) / t.size(order[h], byCache)
 		for j, c := range order {
 			if j == h {
 				continue
