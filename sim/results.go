@@ -65,6 +65,12 @@ type Result struct {
 	Retries    int `json:"retries"`
 	// TooLarge counts requests no engine's KV cache could hold.
 	TooLarge int `json:"too_large"`
+	// QueuedOnArrival counts the requests completed on an engine that could not admit
+	// them when they reached it (engine.Admits: a request waiting ahead, a full batch, or
+	// no room for their KV blocks beside the running requests'), so that they waited for
+	// running requests to finish; QueuedMissed how many of them missed the SLO.
+	QueuedOnArrival int `json:"queued_on_arrival"`
+	QueuedMissed    int `json:"queued_on_arrival_missed"`
 
 	// HomeRetention is, for requests whose routing key was seen before, how much of the
 	// prompt the key's previous engine still held, by how much that engine had written
@@ -107,6 +113,8 @@ type recorder struct {
 	shedReasons       map[string]int
 	hitBlocks, refs   int
 	retries, tooLarge int
+	queued            int // completed requests their engine could not admit on arrival
+	queuedMissed      int // of them, requests that missed the SLO
 	samples           []WeightSample
 	retention         retention
 	slo               SLO
@@ -150,6 +158,12 @@ func (rc *recorder) finish(st *reqState) {
 	rc.refs += len(st.r.Blocks)
 	switch st.status {
 	case completed:
+		if st.queued {
+			rc.queued++
+			if st.missed {
+				rc.queuedMissed++
+			}
+		}
 		rc.ttft = append(rc.ttft, (st.firstToken - st.r.Arrival).Seconds())
 		rc.e2e = append(rc.e2e, (st.finish - st.r.Arrival).Seconds())
 		rc.hitBlocks += st.hitBlocks
@@ -188,7 +202,7 @@ func (rc *recorder) result(name string, cfg *Config, w *Workload) Result {
 		E2EP99: ms(rc.e2e, 99), KVHitUpperBound: w.UpperBound,
 		WeightChurn: churn(rc.samples, w.Span), MaxShareStep: maxShareStep(rc.samples),
 		Stopped: rc.stopped, MissedTTFT: rc.missedTTFT, MissedITL: rc.missedITL,
-		Retries: rc.retries, TooLarge: rc.tooLarge,
+		Retries: rc.retries, TooLarge: rc.tooLarge, QueuedOnArrival: rc.queued, QueuedMissed: rc.queuedMissed,
 		TTFTs: rc.ttft, Samples: rc.samples,
 	}
 	steady, rest := steadySamples(rc.samples, w.Span)

@@ -40,6 +40,7 @@ type reqState struct {
 	lastToken  time.Duration // at the engine, for inter-token gaps
 	hitBlocks  int
 	missed     bool // known to miss the SLO
+	queued     bool // its engine could not admit it on arrival (engine.Admits), last attempt
 }
 
 // slot is one engine of the fleet and what the run knows about it.
@@ -273,6 +274,7 @@ func (r *run) deliver(st *reqState, e int) {
 	r.rec.retention.observe(st.r, e, r.slots)
 	st.er = engine.Request{ID: uint64(st.r.ID), PromptTokens: st.r.InputTokens,
 		OutputTokens: st.r.OutputTokens, Blocks: st.r.Blocks}
+	st.queued = !s.eng.Admits(&st.er)
 	if err := s.eng.Enqueue(r.now, &st.er); err != nil {
 		// Too large for any engine: retrying elsewhere cannot help.
 		r.policy.Observe(r.now, Outcome{Kind: Failed, Request: st.r, Engine: e, Final: true, Rejected: true})

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -309,5 +310,36 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 	got, shipped := (&Config{Sidecar: &deep}).ladder(), (&Config{}).ladder()
 	if got.first != 4*shipped.first || got.last != 2*shipped.last {
 		t.Errorf("key ladder %+v with affinity_blocks x4 and max_blocks x2, %+v shipped: the ladder ignores the file", got, shipped)
+	}
+}
+
+// A request its engine cannot admit on arrival waits for running requests to finish: the
+// count of them grows with the load, never exceeds the completed requests, and the misses
+// among them are among the SLO's misses.
+func TestQueuedOnArrivalCountsRequestsThatWaitedForTheirEngine(t *testing.T) {
+	tr := conversationTrace(400, 3)
+	run := func(sc Scenario, load float64) Result {
+		cfg := testSimConfig(t, tr, sc)
+		cfg.Policies, cfg.Load = []string{"round-robin"}, load
+		cfg.SLO = DefaultSLO()
+		res, _, err := Run(context.Background(), cfg, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	light, over := run(Steady, 0.05), run(Overload, 0.7)
+	t.Logf("queued on arrival: %d (%d missed) at 0.05, %d (%d missed) overloaded", light.QueuedOnArrival,
+		light.QueuedMissed, over.QueuedOnArrival, over.QueuedMissed)
+	for _, r := range []Result{light, over} {
+		missed := r.Requests - int(math.Round(r.SLOAttainment*float64(r.Requests)))
+		if r.QueuedOnArrival > r.Completed || r.QueuedMissed > r.QueuedOnArrival || r.QueuedMissed > missed {
+			t.Errorf("%s: %d queued on arrival, %d of them missed, of %d completed and %d missed", r.Scenario,
+				r.QueuedOnArrival, r.QueuedMissed, r.Completed, missed)
+		}
+	}
+	if !(over.QueuedOnArrival > 2*light.QueuedOnArrival) || over.QueuedMissed == 0 {
+		t.Errorf("overloaded: %d queued on arrival (%d missed), at 0.05 %d: want more than twice as many, some missed",
+			over.QueuedOnArrival, over.QueuedMissed, light.QueuedOnArrival)
 	}
 }

@@ -140,6 +140,19 @@ func removeReq(list []*Request, r *Request) []*Request {
 	return list
 }
 
+// Admits reports whether r, enqueued now, would be admitted without waiting on others: no
+// request waits ahead of it, the running batch has a seat for it, and its KV blocks fit
+// beside those the running requests hold (its cached prefix counting as hits), as admit
+// would judge it now. A request that is not admitted at once waits for running requests
+// to finish, however idle the rest of the fleet.
+func (e *Engine) Admits(r *Request) bool {
+	if len(e.waiting) > 0 || len(e.running) >= e.cfg.MaxNumSeqs {
+		return false
+	}
+	hit, unpinned := e.cache.hits(r.Blocks)
+	return e.cache.fits(unpinned, e.blocksNeeded(r)-hit)
+}
+
 // Busy reports whether the engine has work that a step could advance.
 func (e *Engine) Busy() bool { return len(e.running) > 0 || len(e.waiting) > 0 }
 

@@ -250,6 +250,47 @@ func TestAdmissionWaitsForKVSpace(t *testing.T) {
 	}
 }
 
+// Admits says whether a request would start without waiting: not behind a waiting
+// request, not into a full batch, and not without room for its KV blocks, where its
+// cached prefix counts.
+func TestAdmitsIsWhatAdmissionWouldDoNow(t *testing.T) {
+	cfg := testConfig()
+	cfg.BlockTokens, cfg.KVBlocks, cfg.MaxNumSeqs = 10, 8, 2
+	e := newEngine(t, cfg)
+	small := func(id uint64) *Request {
+		return &Request{ID: id, PromptTokens: 20, OutputTokens: 5, Blocks: chain(100*id, 2)}
+	}
+	if !e.Admits(small(1)) {
+		t.Fatal("an idle engine does not admit a 3-block request")
+	}
+	a := enqueue(t, e, 0, &Request{ID: 1, PromptTokens: 40, OutputTokens: 5, Blocks: chain(100, 4)})
+	if e.Admits(small(2)) {
+		t.Error("admits a request behind a waiting one")
+	}
+	d, _ := e.StartStep(0) // a runs, holding 5 of 8 blocks
+	e.EndStep(d, nil)
+	if !e.Admits(small(2)) {
+		t.Error("does not admit 3 blocks beside 5 of 8")
+	}
+	if e.Admits(&Request{ID: 3, PromptTokens: 30, OutputTokens: 5}) {
+		t.Error("admits 4 blocks beside 5 of 8")
+	}
+	// The same 4 blocks, 3 of them a's own prompt's blocks, which it holds: 1 new block.
+	if !e.Admits(&Request{ID: 4, PromptTokens: 30, OutputTokens: 5, Blocks: chain(100, 3)}) {
+		t.Error("does not count the cached prefix a running request holds")
+	}
+	enqueue(t, e, d, small(5))
+	d2, _ := e.StartStep(d) // the batch is full: a and 5
+	e.EndStep(d+d2, nil)
+	if e.Running() != 2 || e.Admits(small(6)) {
+		t.Errorf("running %d (want 2): admits a request into a full batch", e.Running())
+	}
+	drain(t, e, d+d2)
+	if a.Finished == 0 || !e.Admits(&Request{ID: 7, PromptTokens: 70, OutputTokens: 5}) {
+		t.Error("a drained engine does not admit a request of its whole cache")
+	}
+}
+
 func TestAbortFreesBlocks(t *testing.T) {
 	e := newEngine(t, testConfig())
 	r := enqueue(t, e, 0, &Request{ID: 1, PromptTokens: 160, OutputTokens: 100, Blocks: chain(1, 10)})

@@ -95,7 +95,10 @@ knows every engine's cache and prefill queue the instant they change. Run it wit
 Output (--out DIR): results.json (one object per policy), report.md (a table), ttft_cdf.png
 and weights.png; with several scenarios, one subdirectory each and a combined report.md.
 results.json's home_retention says how much of a prompt the engine its routing key last
-went to still held, by how much that engine had written into its KV cache since.
+went to still held, by how much that engine had written into its KV cache since;
+queued_on_arrival counts the requests sent to an engine that could not start them then (a
+request waiting ahead, or no room for their KV blocks), and queued_on_arrival_missed those
+of them that missed the SLO.
 
 --scan 0.60,0.64,0.68 --seeds 4 instead runs every policy at each load, once per seed (a
 seed redraws the regions conversations enter through), --workers runs at a time, and prints
