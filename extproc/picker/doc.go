@@ -95,9 +95,9 @@
 // key's first takes its place as it does for a key without a home, keeping the key
 // without a move charge (every router ranks it first for the key, so it may well hold
 // the prefix), but only while it has room for the prompt: without room it is charged the
-// move like every other candidate, and the prompt goes where it would wait least. An
-// agentic session whose home was full stayed on the key's first, as full, for lack of
-// this (docs/results/README.md).
+// move like every other candidate, and the prompt goes where it would wait least.
+// Without this, an agentic session whose home was out of reach stayed on the key's first
+// engine while that engine's cache was full (docs/results/README.md).
 // docs/results/README.md has what each measured.
 //
 // Overflow (pooling across the plan's boundary, per request): a table may also hold
