@@ -146,11 +146,23 @@ func removeReq(list []*Request, r *Request) []*Request {
 // would judge it now. A request that is not admitted at once waits for running requests
 // to finish, however idle the rest of the fleet.
 func (e *Engine) Admits(r *Request) bool {
-	if len(e.waiting) > 0 || len(e.running) >= e.cfg.MaxNumSeqs {
+	if len(e.waiting) > 0 {
 		return false
 	}
+	_, _, ok := e.fits(r)
+	return ok
+}
+
+// fits is admit's test for r at the head of the queue: the batch has a seat and r's KV
+// blocks fit beside the running requests'. It returns the leading blocks of r's prompt the
+// cache holds and the blocks r needs beyond them.
+func (e *Engine) fits(r *Request) (hit, fresh int, ok bool) {
+	if len(e.running) >= e.cfg.MaxNumSeqs {
+		return 0, 0, false
+	}
 	hit, unpinned := e.cache.hits(r.Blocks)
-	return e.cache.fits(unpinned, e.blocksNeeded(r)-hit)
+	fresh = e.blocksNeeded(r) - hit
+	return hit, fresh, e.cache.fits(unpinned, fresh)
 }
 
 // Busy reports whether the engine has work that a step could advance.
@@ -200,12 +212,8 @@ func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
 func (e *Engine) admit() {
 	n := 0
 	for _, r := range e.waiting {
-		if len(e.running) >= e.cfg.MaxNumSeqs {
-			break
-		}
-		hit, unpinned := e.cache.hits(r.Blocks)
-		fresh := e.blocksNeeded(r) - hit
-		if !e.cache.fits(unpinned, fresh) {
+		hit, fresh, ok := e.fits(r)
+		if !ok {
 			break
 		}
 		e.cache.pin(r.Blocks[:hit])
