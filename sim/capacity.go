@@ -42,12 +42,19 @@ type CapacityConfig struct {
 	BelowCapacity float64
 	// Workers is how many runs go at once (runs are independent; one per core).
 	Workers int
+	// Seeds is how many runs judge each rate: one per seed, from Base.Seed up, whose
+	// requests are pooled (the attainment is the share of all of them that met the SLO).
+	// A seed redraws which region each conversation enters through and each request's
+	// router replica; one seed's attainment near the capacity moves by more than a
+	// search step from seed to seed, and pooling several judges the rate, not the draw.
+	Seeds int
 }
 
 // DefaultCapacityConfig returns a search over base with the parameters.
 func DefaultCapacityConfig(base Config) CapacityConfig {
 	return CapacityConfig{Base: base, Policies: PolicyNames, Deployments: []Deployment{DeployRegion},
-		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.03, StopBelow: 0.5, MaxRuns: 12, BelowCapacity: 0.9, Workers: 2}
+		Replicas: 4, Target: 0.9, StartLoad: 0.5, Precision: 0.03, StopBelow: 0.5, MaxRuns: 12, BelowCapacity: 0.9, Workers: 2,
+		Seeds: 1}
 }
 
 // Search bounds on the offered load, as a fraction of cold capacity. Below 1/16 a run's
@@ -57,6 +64,9 @@ const (
 	minSearchLoad = 1.0 / 16
 	maxSearchLoad = 64
 )
+
+// maxSeeds bounds CapacityConfig.Seeds: each multiplies a search's runs.
+const maxSeeds = 64
 
 // Validate reports every problem with c. It does not modify c.
 func (c *CapacityConfig) Validate() error {
@@ -106,6 +116,9 @@ func (c *CapacityConfig) Validate() error {
 	}
 	if c.Workers < 1 {
 		bad("Workers", "is %d, must be at least 1", c.Workers)
+	}
+	if c.Seeds < 1 || c.Seeds > maxSeeds {
+		bad("Seeds", "is %d, must be in [1, %d]", c.Seeds, maxSeeds)
 	}
 	return errors.Join(errs...)
 }
@@ -353,36 +366,105 @@ func (s *search) finish(out Capacity, best *Result, bracketed bool) Capacity {
 	return out
 }
 
-// runAt simulates the search's policy at one load, holding a worker slot.
+// runAt simulates the search's policy at one load, once per seed (CapacityConfig.Seeds,
+// each run holding a worker slot), and pools the runs (poolResults). The workload returned
+// is the first seed's.
 func (s *search) runAt(ctx context.Context, load float64) (Result, *Workload, error) {
+	n := max(s.c.Seeds, 1)
+	res, ws, walls, errs := make([]Result, n), make([]*Workload, n), make([]time.Duration, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], ws[i], walls[i], errs[i] = s.runSeed(ctx, load, s.c.Base.Seed+uint64(i))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return Result{}, nil, err
+	}
+	pooled := poolResults(res)
+	if s.onRun != nil {
+		s.onRun(s.point(load, ws[0], pooled), slices.Max(walls))
+	}
+	return pooled, ws[0], nil
+}
+
+// runSeed is one run of runAt, under the given seed, holding a worker slot; it returns
+// the run's wall time, from when it had the slot.
+func (s *search) runSeed(ctx context.Context, load float64, seed uint64) (Result, *Workload, time.Duration, error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return Result{}, nil, ctx.Err()
+		return Result{}, nil, 0, ctx.Err()
 	}
 	defer func() { <-s.sem }()
 	start := time.Now()
 	cfg := s.c.Base
 	cfg.Load, cfg.Policies, cfg.Deployment, cfg.Replicas = load, []string{s.policy}, s.dep, s.replicas()
-	cfg.StopBelow = s.c.StopBelow
+	cfg.StopBelow, cfg.Seed = s.c.StopBelow, seed
 	w, err := BuildWorkload(&cfg)
 	if err != nil {
-		return Result{}, nil, err
+		return Result{}, nil, 0, err
 	}
 	var progress atomic.Int64
 	r, err := newRun(&cfg, w, s.policy, &progress)
 	if err != nil {
-		return Result{}, nil, err
+		return Result{}, nil, 0, err
 	}
 	if err := r.simulate(ctx); err != nil {
-		return Result{}, nil, err
+		return Result{}, nil, 0, err
 	}
 	res := r.rec.result(s.policy, &cfg, w)
 	res.TTFTs, res.Samples = nil, nil
-	if s.onRun != nil {
-		s.onRun(s.point(load, w, res), time.Since(start))
+	return res, w, time.Since(start), nil
+}
+
+// poolResults is what a search reads of several runs at one rate, one per seed: their
+// requests pooled (counts summed; SLO attainment and shed rate over all of them), the
+// largest share step, Stopped when any run stopped (the pooled attainment is then a
+// bound too), and the mean over runs of every other figure (latency percentiles, KV hit
+// rates, churn). One run is returned as it is.
+func poolResults(rs []Result) Result {
+	if len(rs) == 1 {
+		return rs[0]
 	}
-	return res, w, nil
+	out := Result{Policy: rs[0].Policy, Scenario: rs[0].Scenario}
+	var met float64
+	n := float64(len(rs))
+	for _, r := range rs {
+		out.Requests += r.Requests
+		out.Completed += r.Completed
+		out.Shed += r.Shed
+		out.Failed += r.Failed
+		out.MissedTTFT += r.MissedTTFT
+		out.MissedITL += r.MissedITL
+		out.Retries += r.Retries
+		out.TooLarge += r.TooLarge
+		out.QueuedOnArrival += r.QueuedOnArrival
+		out.QueuedMissed += r.QueuedMissed
+		met += r.SLOAttainment * float64(r.Requests)
+		out.Stopped = out.Stopped || r.Stopped
+		out.MaxShareStep = max(out.MaxShareStep, r.MaxShareStep)
+		out.SteadyMaxShareStep = max(out.SteadyMaxShareStep, r.SteadyMaxShareStep)
+		out.TTFTP50 += r.TTFTP50 / n
+		out.TTFTP90 += r.TTFTP90 / n
+		out.TTFTP99 += r.TTFTP99 / n
+		out.ITLP50 += r.ITLP50 / n
+		out.ITLP99 += r.ITLP99 / n
+		out.E2EP99 += r.E2EP99 / n
+		out.SLOGoodputRPS += r.SLOGoodputRPS / n
+		out.KVHitRate += r.KVHitRate / n
+		out.KVHitUpperBound += r.KVHitUpperBound / n
+		out.WeightChurn += r.WeightChurn / n
+		out.SteadyWeightChurn += r.SteadyWeightChurn / n
+	}
+	if out.Requests > 0 {
+		out.SLOAttainment = met / float64(out.Requests)
+		out.ShedRate = float64(out.Shed) / float64(out.Requests)
+	}
+	return out
 }
 
 // point summarizes one run.

@@ -69,6 +69,10 @@ func WriteCapacity(dir string, caps []Capacity, cc *CapacityConfig, w *Workload,
 		100*cc.Target, slo.TTFTBase, slo.TTFTPerToken, slo.MaxITL)
 	fmt.Fprintf(&b, "Search: from %.2f x cold capacity, doubling or halving until a passing and a failing rate bracket it, then trying where the line through their attainments crosses the target (the midpoint when the failing run stopped early) until they are within %.0f%%, at most %d runs; a run stops once its attainment is certain to be below %.2f. ",
 		cc.StartLoad, 100*cc.Precision, cc.MaxRuns, cc.StopBelow)
+	if cc.Seeds > 1 {
+		fmt.Fprintf(&b, "Each rate is judged by %d runs, seeds %d to %d, their requests pooled (the attainment and shed rate are over all of them, the other columns the mean over the runs, the share step the largest). ",
+			cc.Seeds, cc.Base.Seed, cc.Base.Seed+uint64(cc.Seeds)-1)
+	}
 	fmt.Fprintf(&b, "The other columns are measured at the capacity (steady: after the run's first minute, or half the run if shorter; missed: completed requests that missed the TTFT bound, or met it and missed the inter-token bound). \">=\" marks a search that found no failing rate, \"<\" one whose lowest rate missed. Shed below capacity is one more run at %.2g x the capacity found (--capacity-below).\n", cc.BelowCapacity)
 	b.WriteString(CapacityTable(caps))
 	if ts := CapacityTargets(caps); len(ts) > 0 {

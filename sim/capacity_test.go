@@ -146,3 +146,60 @@ func TestSearchNarrowsWhereTheAttainmentCrossesTheTarget(t *testing.T) {
 		t.Errorf("narrow bracket: inside = %v, want the midpoint", got)
 	}
 }
+
+// TestCapacitySeedsPoolTheirRuns: with Seeds 2 a rate is judged by one run per seed, from
+// Base.Seed up, their requests pooled; with Seeds 1 it is the run at Base.Seed as it was.
+func TestCapacitySeedsPoolTheirRuns(t *testing.T) {
+	base := prefillBoundConfig(t)
+	// Two regions of one engine each: a seed redraws which region each conversation enters
+	// through, so the two seeds' runs differ.
+	base.Regions, base.RTT = []string{"r0", "r1"}, [][]time.Duration{{0, 0}, {0, 0}}
+	cc := DefaultCapacityConfig(base)
+	cc.Replicas, cc.Seeds = 1, 2
+	s := &search{c: &cc, policy: "round-robin", dep: DeployRegion, sem: make(chan struct{}, 2)}
+	ctx := context.Background()
+	const load = 1.9
+	var points []CapacityPoint
+	s.onRun = func(pt CapacityPoint, _ time.Duration) { points = append(points, pt) }
+	pooled, _, err := s.runAt(ctx, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one [2]Result
+	for i := range one {
+		if one[i], _, _, err = s.runSeed(ctx, load, base.Seed+uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if one[0].SLOAttainment == one[1].SLOAttainment && one[0].TTFTP90 == one[1].TTFTP90 {
+		t.Fatalf("seeds %d and %d ran alike (%+v): the seed was not applied", base.Seed, base.Seed+1, one[0])
+	}
+	met := one[0].SLOAttainment*float64(one[0].Requests) + one[1].SLOAttainment*float64(one[1].Requests)
+	if n := one[0].Requests + one[1].Requests; pooled.Requests != n || math.Abs(pooled.SLOAttainment-met/float64(n)) > 1e-12 {
+		t.Errorf("pooled %d requests at attainment %v, want %d at %v", pooled.Requests, pooled.SLOAttainment, n, met/float64(n))
+	}
+	if want := (one[0].TTFTP90 + one[1].TTFTP90) / 2; math.Abs(pooled.TTFTP90-want) > 1e-9 {
+		t.Errorf("pooled TTFT p90 %v, want the mean %v", pooled.TTFTP90, want)
+	}
+	if len(points) != 1 || points[0].SLOAttainment != pooled.SLOAttainment {
+		t.Errorf("progress saw %+v, want one point at the pooled attainment", points)
+	}
+	// One seed: the run at Base.Seed, untouched.
+	cc.Seeds = 1
+	single, _, err := s.runAt(ctx, load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if single.SLOAttainment != one[0].SLOAttainment || single.Requests != one[0].Requests || single.TTFTP90 != one[0].TTFTP90 {
+		t.Errorf("one seed: %+v, want the run at seed %d: %+v", single, base.Seed, one[0])
+	}
+	// A stopped run makes the pooled attainment a bound; the largest share step is kept.
+	p := poolResults([]Result{{Requests: 10, SLOAttainment: 1, MaxShareStep: 0.1}, {Requests: 30, SLOAttainment: 0.2, Stopped: true, MaxShareStep: 0.3}})
+	if !p.Stopped || p.MaxShareStep != 0.3 || math.Abs(p.SLOAttainment-0.4) > 1e-12 {
+		t.Errorf("pooled %+v: want stopped, share step 0.3, attainment 0.4", p)
+	}
+	cc.Seeds = 0
+	if err := cc.Validate(); err == nil || !strings.Contains(err.Error(), "Seeds") {
+		t.Errorf("Seeds 0: %v, want an error naming Seeds", err)
+	}
+}

@@ -111,7 +111,9 @@ highest offered rate at which --slo-target of the requests meet the SLO (TTFT <=
 + --slo-ttft-per-token x prompt tokens, mean inter-token latency <= --slo-itl; shed and
 failed requests miss), by doubling/halving the rate to a bracket, then narrowing it where
 the attainment crosses the target, --workers runs at a
-time, and writes capacity.json, capacity.md, capacity_slo.png and capacity_ttft.png.
+time, and writes capacity.json, capacity.md, capacity_slo.png and capacity_ttft.png. With
+--seeds N each rate tried is run once per seed and judged by all their requests together:
+one seed's attainment near the capacity moves by more than a search step from seed to seed.
 
 Flags:
 `
@@ -163,7 +165,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "workers", 2, "--capacity and --scan: runs at a time")
 	var scan string
 	fs.StringVar(&scan, "scan", "", "comma-separated loads: run every policy at each, once per seed of --seeds, and print the mean SLO attainment / KV hit rate per load (with --out: scan.json and scan.md), instead of one run at --load")
-	fs.IntVar(&o.seeds, "seeds", 1, "--scan: seeds per load, from --seed up")
+	fs.IntVar(&o.seeds, "seeds", 1, "--scan: seeds per load, from --seed up; --capacity: runs per rate tried, one per seed from --seed up, their requests pooled")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -246,6 +248,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.seeds < 1 {
 		return o, fmt.Errorf("--seeds %d must be at least 1", o.seeds)
+	}
+	if o.seeds > 1 && len(o.scan) == 0 && !o.capacity {
+		return o, errors.New("--seeds applies to --scan and --capacity; a single run uses --seed")
 	}
 	if o.workers < 1 {
 		return o, fmt.Errorf("--workers %d must be at least 1", o.workers)
@@ -458,7 +463,7 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 	cc := sim.DefaultCapacityConfig(base)
 	cc.Policies, cc.Deployments, cc.Replicas = o.policies, o.deployments, o.replicas
 	cc.Target, cc.Precision, cc.StartLoad, cc.MaxRuns, cc.Workers = o.target, o.precision, o.startLoad, o.maxRuns, o.workers
-	cc.StopBelow, cc.BelowCapacity = o.stopBelow, o.belowCapacity
+	cc.StopBelow, cc.BelowCapacity, cc.Seeds = o.stopBelow, o.belowCapacity, o.seeds
 	if err := cc.Validate(); err != nil {
 		return err
 	}
@@ -468,8 +473,8 @@ func runCapacity(ctx context.Context, o options, base sim.Config, stdout, stderr
 	}
 	var progress func(sim.CapacityProgress)
 	if !o.quiet {
-		fmt.Fprintf(stderr, "capacity search: %d policies x %d deployments, at most %d runs each, %d at a time\n",
-			len(cc.Policies), len(cc.Deployments), cc.MaxRuns, cc.Workers)
+		fmt.Fprintf(stderr, "capacity search: %d policies x %d deployments, at most %d rates each, %d seed(s) a rate, %d runs at a time\n",
+			len(cc.Policies), len(cc.Deployments), cc.MaxRuns, cc.Seeds, cc.Workers)
 		progress = func(p sim.CapacityProgress) {
 			verdict := "miss"
 			if p.Point.Pass {

@@ -156,10 +156,33 @@ func TestCapacityFlags(t *testing.T) {
 		{"--trace", "x", "--deployment", "planet"},
 		{"--trace", "x", "--replicas", "0"},
 		{"--trace", "x", "--capacity", "--scenario", "steady,step"},
+		{"--trace", "x", "--seeds", "2"}, // a single run has one seed: --seed
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)
 		}
+	}
+}
+
+// TestCapacitySeedsApply: --capacity --seeds 2 judges each rate by two runs, and the
+// report says so.
+func TestCapacitySeedsApply(t *testing.T) {
+	out := t.TempDir()
+	var stderr bytes.Buffer
+	o, err := parseFlags([]string{"--trace", writeTrace(t, 150), "--out", out, "--capacity", "--seeds", "2", "--seed", "3",
+		"--policies", "round-robin", "--engines-per-region", "1", "--capacity-runs", "2", "--quiet"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), o, &bytes.Buffer{}, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "capacity.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "judged by 2 runs, seeds 3 to 4") {
+		t.Errorf("capacity.md does not say each rate is judged by seeds 3 and 4:\n%s", md)
 	}
 }
 
