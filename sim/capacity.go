@@ -370,7 +370,7 @@ func (s *search) finish(out Capacity, best *Result, bracketed bool) Capacity {
 // each run holding a worker slot), and pools the runs (poolResults). The workload returned
 // is the first seed's.
 func (s *search) runAt(ctx context.Context, load float64) (Result, *Workload, error) {
-	n := max(s.c.Seeds, 1)
+	n := s.c.Seeds // at least 1: RunCapacity validated it
 	res, ws, walls, errs := make([]Result, n), make([]*Workload, n), make([]time.Duration, n), make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
