@@ -201,6 +201,7 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"content":"x","role":"system"},{"role":"user","content":"y"}],"model":"m","n":[1,2.5e3,-0,{"a":null}]}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}]}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"t":01}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"text":"x","text":"a"}]}]}`)) // CI's find: a part's key twice
 	opt := Options{BlockBytes: 16, MaxBlocks: 64, MaxDepth: 64}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if !utf8.Valid(body) || bytes.Count(body, []byte(`"messages"`)) > 1 || bytes.Count(body, []byte(`"model"`)) > 1 {
@@ -259,8 +260,43 @@ func FuzzParseMatchesEncodingJSON(f *testing.F) {
 }
 
 // appendCanonical appends one message's canonical form: role NUL content RS. It reports
-// false for a message with a duplicate key, whose meaning encoding/json and Parse differ on.
+// false for a message or a content part with a duplicate key, whose meaning encoding/json
+// (and vLLM's Python parser: the last wins) and Parse (which hashes every copy) differ on.
 func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) ([]byte, bool) {
+	fields, ok := objectFields(t, raw)
+	if !ok {
+		return nil, false
+	}
+	if v, ok := fields["role"]; ok {
+		var role string
+		if json.Unmarshal(v, &role) != nil {
+			t.Fatalf("accepted a non-string role %s", v)
+		}
+		canon = append(append(canon, role...), 0)
+	}
+	if v, ok := fields["content"]; ok {
+		var s string
+		var parts []json.RawMessage
+		if json.Unmarshal(v, &s) == nil {
+			canon = append(canon, s...)
+		} else if json.Unmarshal(v, &parts) == nil {
+			for _, raw := range parts {
+				p, ok := objectFields(t, raw) // exact keys: struct tags match any case
+				if !ok {
+					return nil, false
+				}
+				var text string
+				if json.Unmarshal(p["text"], &text) == nil {
+					canon = append(canon, text...)
+				}
+			}
+		}
+	}
+	return append(canon, 0x1e), true
+}
+
+// objectFields reads a JSON object's fields by their exact keys; false if a key repeats.
+func objectFields(t *testing.T, raw json.RawMessage) (map[string]json.RawMessage, bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if _, err := dec.Token(); err != nil { // {
 		t.Fatal(err)
@@ -277,34 +313,7 @@ func appendCanonical(t *testing.T, canon []byte, raw json.RawMessage) ([]byte, b
 		}
 		fields[k.(string)] = v
 	}
-	for _, k := range []string{"role", "content"} {
-		v, ok := fields[k]
-		if !ok {
-			continue
-		}
-		switch k {
-		case "role":
-			var role string
-			if json.Unmarshal(v, &role) != nil {
-				t.Fatalf("accepted a non-string role %s", v)
-			}
-			canon = append(append(canon, role...), 0)
-		case "content":
-			var s string
-			var parts []map[string]json.RawMessage // exact keys: struct tags match any case
-			if json.Unmarshal(v, &s) == nil {
-				canon = append(canon, s...)
-			} else if json.Unmarshal(v, &parts) == nil {
-				for _, p := range parts {
-					var text string
-					if json.Unmarshal(p["text"], &text) == nil {
-						canon = append(canon, text...)
-					}
-				}
-			}
-		}
-	}
-	return append(canon, 0x1e), true
+	return fields, true
 }
 
 func TestKeyDepth(t *testing.T) {
