@@ -113,7 +113,15 @@
 // primary's alone: when every region is past the threshold, the emptier engine still
 // takes the request). This is the least-work choice extended, behind a gate, to engines
 // outside the key's order; the gate keeps a key's traffic on its ranked engines while they
-// can start it, so affinity and the plan's shares hold in steady state.
+// can start it, so affinity and the plan's shares hold in steady state. One key passes the
+// gate whatever its primary's fill: a key whose home is an overflow endpoint (its previous
+// request overflowed there) with room in its KV cache for the prompt (Ask.Prompt). Its
+// context is cached there and on none of its ranked engines, which would prefill the
+// whole prompt again (a long conversation's, as the requests that overflow are the
+// long ones); it goes back to the home, uncharged, unless the primary, charged the move,
+// would still hold less (no other overflow endpoint is weighed while the primary is
+// below the threshold). Without room it returns to its ranked engines once they are
+// below the threshold. docs/results/README.md has what this bought.
 //
 // # Invariants
 //

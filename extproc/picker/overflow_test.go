@@ -199,3 +199,62 @@ func TestOverflowNeedsItsInputs(t *testing.T) {
 		t.Error("OverflowAt -1 validated")
 	}
 }
+
+// A key whose previous request overflowed is at home on that overflow endpoint: it goes
+// back there while the home's cache has room for the prompt, however little its ranked
+// engines hold, and no other overflow endpoint is weighed for it then.
+func TestOverflowHomeWithRoomKeepsItsKey(t *testing.T) {
+	const key, work, prompt = 0xfeed, 2_000, 1_500
+	loads := NewLoads()
+	tb := overflowFleet(t, loads)
+	far, near := tb.Len(), tb.Len()+1
+	// observe records a scrape of every engine, each cache 100,000 tokens: what the
+	// running requests hold of it, and the work other routers hold there.
+	observe := func(nearHeld, nearWork int64) {
+		for i := range tb.Len() + tb.Overflows() {
+			held, w := int64(0), int64(5_000) // 7,000 with the request: below the 20,000 threshold
+			switch i {
+			case near:
+				held, w = nearHeld, nearWork
+			case far:
+				w = 0
+			}
+			observeKV(loads, tb, i, held, 100_000)
+			loads.SetObserved(tb.Endpoint(i).Address, w)
+		}
+	}
+	ask := func(home int) Result {
+		return tb.PickFor(&Ask{Key: key, Work: work, Move: 16 * prompt, Home: home, Prompt: prompt}, nil)
+	}
+	observe(0, 10_000)
+	if r := ask(near); !r.Overflowed || r.Order[0] != near {
+		t.Fatalf("home (near) with room at 12,000 against the primary's 7,000 + the move: order %v, want the near engine %d first", r.Order, near)
+	}
+	// Without a prompt to check room for, the gate is the primary's, as for any key.
+	if r := tb.PickHome(key, work, 16*prompt, near, nil); r.Overflowed {
+		t.Errorf("no prompt stated: order %v, want the ranked primary", r.Order)
+	}
+	// The home without room for the prompt: the key returns to its ranked engines.
+	observe(99_000, 10_000)
+	if r := ask(near); r.Overflowed {
+		t.Errorf("home (near) without room: order %v, want the ranked primary", r.Order)
+	}
+	// With room but holding more than the primary would with the move (42,000 against
+	// 7,000 + 24,000): the key leaves, and to the ranked primary, not to the far engine
+	// (26,000 with its charge): the primary would not queue the request.
+	observe(0, 40_000)
+	if r := ask(near); r.Overflowed || r.Order[0] >= tb.Len() {
+		t.Errorf("home (near) at 42,000: order %v, want a ranked primary", r.Order)
+	}
+	// A key at home on a ranked engine is untouched: the gate is its primary's.
+	observe(0, 0)
+	primary := ask(-1).Order[0]
+	if r := ask(primary); r.Overflowed || r.Order[0] != primary {
+		t.Errorf("key at home on ranked %d: order %v, want it first", primary, r.Order)
+	}
+	// The home's cache of unknown size (its scrape failed): no room to go by.
+	loads.SetKVWritten(tb.Endpoint(near).Address, 0, 0)
+	if r := ask(near); r.Overflowed {
+		t.Errorf("home (near) with its cache unknown: order %v, want the ranked primary", r.Order)
+	}
+}

@@ -333,15 +333,21 @@ func (t *Table) gather(w *walk, dst []int, want int) []int {
 // the request's own work if that is more: it is outside the node's share, so it holds
 // none of the prompt, where p may hold some of it through other keys that share its
 // first blocks. An overflow endpoint past its own threshold still takes the request if
-// it would hold less than p (the gate is p's: whether p would queue the request); one
-// whose cache size is unknown takes none (a failed scrape would make it look empty). p is
+// it would hold less than p (the gate is p's: whether p would queue the request). When
+// the key's home is an overflow endpoint with room for the prompt (backHome), the home
+// alone is weighed against p whatever p's fill. One whose cache size is unknown takes
+// none (a failed scrape would make it look empty). p is
 // -1 when every ranked endpoint is at its hard cap: then any overflow endpoint below its
 // own cap will do.
 func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 	cost := int64(math.MaxInt64)
+	onlyHome := false
 	if p >= 0 {
 		if fill, ok := t.CacheFill(p, work); !ok || fill <= t.cfg.OverflowAt {
-			return -1 // the primary holds the request without queueing it (or its cache is unknown)
+			if !move.backHome(t, home) {
+				return -1 // the primary holds the request without queueing it (or its cache is unknown)
+			}
+			onlyHome = true // the primary would not queue it: only the key's context may draw it away
 		}
 		cost = t.ctr[p].load() + work + move.full(t, p)
 		if p != usual || home >= t.n {
@@ -351,7 +357,7 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 	best := -1
 	for o := t.n; o < len(t.eps); o++ {
 		c := t.ctr[o]
-		if c.n.Load() >= t.limit[o] || c.cache() <= 0 {
+		if c.n.Load() >= t.limit[o] || c.cache() <= 0 || (onlyHome && o != home) {
 			continue
 		}
 		w := c.load() + work + move.full(t, o)
@@ -363,6 +369,15 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 		}
 	}
 	return best
+}
+
+// backHome reports whether the key's home is an overflow endpoint whose KV cache, of a
+// stated size, has room for the prompt (Ask.Prompt): the key's previous request
+// overflowed there, so its context is cached there and on none of the ranked endpoints.
+// overflow then weighs the home whatever the primary's fill, the primary charged the
+// move: the key goes back to its context unless leaving it would still cost less.
+func (c *charge) backHome(t *Table, home int) bool {
+	return home >= t.n && home < len(t.eps) && c.prompt > 0 && t.ctr[home].cache() > 0 && t.Room(home, c.prompt)
 }
 
 // leastWork moves to the front of order (endpoints within their bound, in the key's
