@@ -84,7 +84,10 @@ type Config struct {
 	// endpoint (Endpoint.Overflow) that would hold the least work after taking it, if that
 	// is below what the primary would hold and its own KV capacity is known; one that is
 	// not the key's home is charged the move cost, or the request's work if that is more
-	// (it caches none of the prompt). 0 turns overflow off.
+	// (it caches none of the prompt). A key at home on an overflow endpoint whose cache
+	// has room for the prompt (Ask.Prompt) passes the threshold whatever the primary's
+	// work: the home alone is weighed against the primary, which is charged the move
+	// (the package doc's Overflow). 0 turns overflow off.
 	// DefaultOverflowAt is the shipped value.
 	OverflowAt float64
 	// RoomWait bounds how long a key's home may keep a request waiting for room in its KV
