@@ -341,13 +341,13 @@ func (t *Table) gather(w *walk, dst []int, want int) []int {
 // own cap will do.
 func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 	cost := int64(math.MaxInt64)
-	onlyHome := false
+	from, to := t.n, len(t.eps) // the overflow endpoints weighed
 	if p >= 0 {
 		if fill, ok := t.CacheFill(p, work); !ok || fill <= t.cfg.OverflowAt {
 			if !move.backHome(t, home) {
 				return -1 // the primary holds the request without queueing it (or its cache is unknown)
 			}
-			onlyHome = true // the primary would not queue it: only the key's context may draw it away
+			from, to = home, home+1 // the primary would not queue it: only the key's context may draw it away
 		}
 		cost = t.ctr[p].load() + work + move.full(t, p)
 		if p != usual || home >= t.n {
@@ -355,9 +355,9 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 		}
 	}
 	best := -1
-	for o := t.n; o < len(t.eps); o++ {
+	for o := from; o < to; o++ {
 		c := t.ctr[o]
-		if c.n.Load() >= t.limit[o] || c.cache() <= 0 || (onlyHome && o != home) {
+		if c.n.Load() >= t.limit[o] || c.cache() <= 0 {
 			continue
 		}
 		w := c.load() + work + move.full(t, o)
