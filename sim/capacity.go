@@ -424,19 +424,29 @@ func (s *search) runSeed(ctx context.Context, load float64, seed uint64) (Result
 // poolResults is what a search reads of several runs at one rate, one per seed: their
 // requests pooled (counts summed; SLO attainment and shed rate over all of them), the
 // largest share step, Stopped when any run stopped (the pooled attainment is then a
-// bound too), and the mean over runs of every other figure (latency percentiles, KV hit
-// rates, churn). One run is returned as it is.
+// bound too), the scenario's event requests and the home-retention bands pooled the same
+// way, and the mean over runs of every other figure (latency percentiles, KV hit rates,
+// churn, the event's goodput). One run is returned as it is.
 func poolResults(rs []Result) Result {
 	if len(rs) == 1 {
 		return rs[0]
 	}
 	out := Result{Policy: rs[0].Policy, Scenario: rs[0].Scenario}
-	var met float64
+	var met, eventMet float64
 	n := float64(len(rs))
 	for _, r := range rs {
 		out.Requests += r.Requests
 		out.Completed += r.Completed
 		out.Shed += r.Shed
+		for reason, k := range r.ShedReasons {
+			if out.ShedReasons == nil {
+				out.ShedReasons = map[string]int{}
+			}
+			out.ShedReasons[reason] += k
+		}
+		out.Event.Requests += r.Event.Requests
+		eventMet += r.Event.SLOAttainment * float64(r.Event.Requests)
+		out.Event.SLOGoodputRPS += r.Event.SLOGoodputRPS / n
 		out.Failed += r.Failed
 		out.MissedTTFT += r.MissedTTFT
 		out.MissedITL += r.MissedITL
@@ -460,6 +470,10 @@ func poolResults(rs []Result) Result {
 		out.WeightChurn += r.WeightChurn / n
 		out.SteadyWeightChurn += r.SteadyWeightChurn / n
 	}
+	if out.Event.Requests > 0 {
+		out.Event.SLOAttainment = eventMet / float64(out.Event.Requests)
+	}
+	out.HomeRetention = poolRetention(rs)
 	if out.Requests > 0 {
 		out.SLOAttainment = met / float64(out.Requests)
 		out.ShedRate = float64(out.Shed) / float64(out.Requests)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +198,23 @@ func TestCapacitySeedsPoolTheirRuns(t *testing.T) {
 	p := poolResults([]Result{{Requests: 10, SLOAttainment: 1, MaxShareStep: 0.1}, {Requests: 30, SLOAttainment: 0.2, Stopped: true, MaxShareStep: 0.3}})
 	if !p.Stopped || p.MaxShareStep != 0.3 || math.Abs(p.SLOAttainment-0.4) > 1e-12 {
 		t.Errorf("pooled %+v: want stopped, share step 0.3, attainment 0.4", p)
+	}
+	// Shed reasons, the scenario's event and the home-retention bands pool by request.
+	p = poolResults([]Result{
+		{Requests: 10, ShedReasons: map[string]int{"shed_quota": 2}, Event: EventResult{Requests: 4, SLOAttainment: 1, SLOGoodputRPS: 2},
+			HomeRetention: []RetentionBucket{{WritesFrom: 0.25, WritesTo: 0.5, Requests: 1, PromptCached: 1, Returned: 1}}},
+		{Requests: 10, ShedReasons: map[string]int{"shed_quota": 1, "too_large": 3}, Event: EventResult{Requests: 12, SLOAttainment: 0.5, SLOGoodputRPS: 4},
+			HomeRetention: []RetentionBucket{{WritesFrom: 0, WritesTo: 0.25, Requests: 2, PromptCached: 1}, {WritesFrom: 0.25, WritesTo: 0.5, Requests: 3, PromptCached: 0.5}}},
+	})
+	if p.ShedReasons["shed_quota"] != 3 || p.ShedReasons["too_large"] != 3 {
+		t.Errorf("pooled shed reasons %v, want shed_quota 3, too_large 3", p.ShedReasons)
+	}
+	if p.Event.Requests != 16 || math.Abs(p.Event.SLOAttainment-0.625) > 1e-12 || p.Event.SLOGoodputRPS != 3 {
+		t.Errorf("pooled event %+v, want 16 requests, attainment 0.625, goodput 3", p.Event)
+	}
+	want := []RetentionBucket{{WritesFrom: 0, WritesTo: 0.25, Requests: 2, PromptCached: 1}, {WritesFrom: 0.25, WritesTo: 0.5, Requests: 4, PromptCached: 0.625, Returned: 0.25}}
+	if !slices.Equal(p.HomeRetention, want) {
+		t.Errorf("pooled retention %+v, want %+v", p.HomeRetention, want)
 	}
 	cc.Seeds = 0
 	if err := cc.Validate(); err == nil || !strings.Contains(err.Error(), "Seeds") {

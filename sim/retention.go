@@ -1,6 +1,11 @@
 package sim
 
-import "github.com/meridian-router/meridian/sim/engine"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/meridian-router/meridian/sim/engine"
+)
 
 // Home retention: how much of a prompt the engine its routing key last went to still holds
 // when the key's next request arrives, by how much that engine has written into its KV cache
@@ -103,5 +108,32 @@ func (rt *retention) result() []RetentionBucket {
 		}
 		out = append(out, rb)
 	}
+	return out
+}
+
+// poolRetention pools the runs' home-retention bands: each band's requests summed, its
+// shares weighted by them.
+func poolRetention(rs []Result) []RetentionBucket {
+	byFrom := map[float64]int{} // band -> index in out
+	var out []RetentionBucket
+	for _, r := range rs {
+		for _, b := range r.HomeRetention {
+			i, ok := byFrom[b.WritesFrom]
+			if !ok {
+				i = len(out)
+				out = append(out, RetentionBucket{WritesFrom: b.WritesFrom, WritesTo: b.WritesTo})
+				byFrom[b.WritesFrom] = i
+			}
+			p, n := &out[i], float64(b.Requests)
+			p.PromptCached += b.PromptCached * n
+			p.Returned += b.Returned * n
+			p.Requests += b.Requests
+		}
+	}
+	for i := range out {
+		out[i].PromptCached /= float64(out[i].Requests)
+		out[i].Returned /= float64(out[i].Requests)
+	}
+	slices.SortFunc(out, func(a, b RetentionBucket) int { return cmp.Compare(a.WritesFrom, b.WritesFrom) })
 	return out
 }
