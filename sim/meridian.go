@@ -60,13 +60,11 @@ func defaultTuning(w *Workload) tuning {
 //     every solve that moves a share republishes weights and moves keys;
 //   - the LP's movement price is half a request's cold engine time, the order of the
 //     prefill work a moved conversation loses with its cache (the default, 5 ms, was set
-//     for 200 ms requests);
-//   - weights are republished only when a share moves by 5 points, not 2.
+//     for 200 ms requests).
 func fleetTuning(w *Workload) tuning {
 	t := defaultTuning(w)
 	t.solvePeriod = 5 * time.Second
 	t.optimizer.Params.MoveCost = w.ColdService / 2
-	t.optimizer.MinShareChange = 0.05
 	return t
 }
 

@@ -24,7 +24,9 @@ type Config struct {
 	// WeightTotal is what each (node, model)'s EDS weights sum to.
 	WeightTotal uint32
 	// MinShareChange is the smallest change of any engine's share of a (node, model) flow
-	// that is worth publishing.
+	// that is worth publishing. The default, 0.05, was measured against 0.02 on the
+	// simulator's traces (docs/results/README.md, "The latest round"): republishing for
+	// smaller moves moved keys off the engines that cache them for no gain in balance.
 	MinShareChange float64
 	// MaxShareStep is the most any engine's share of a (node, model) flow moves in one
 	// period while every engine that had a share is still eligible and not suspect: a
@@ -69,7 +71,7 @@ func DefaultConfig() Config {
 		Params:         params,
 		DefaultCurve:   solver.Curve{Base: 0.2, Queue: 0.2},
 		WeightTotal:    1000,
-		MinShareChange: 0.02,
+		MinShareChange: 0.05,
 		MaxShareStep:   0.1,
 		ProbeDemand:    0.01,
 		RetryBudget:    policy.DefaultRetryCurve(),

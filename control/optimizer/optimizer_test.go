@@ -151,6 +151,7 @@ func TestAMoveIsPricedAtTheCacheItLeaves(t *testing.T) {
 		t.Helper()
 		cfg := DefaultConfig()
 		cfg.MaxShareStep = 1
+		cfg.MinShareChange = 0.02 // the uncached spill is a few points
 		o, _ := New(cfg)
 		in := func(a, b float64) Inputs {
 			in := demand(a, b)
@@ -206,6 +207,7 @@ func TestSliversComeUnpublishedAndEndAlone(t *testing.T) {
 	f := mustFleet(t, twoRegions)
 	cfg := DefaultConfig()
 	cfg.MaxShareStep = 1
+	cfg.MinShareChange = 0.02 // the moves below are 1 to 3 points
 	o, _ := New(cfg)
 	ctx := context.Background()
 	if _, err := o.Step(ctx, f, demand(12, 12)); err != nil {
