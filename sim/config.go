@@ -75,6 +75,9 @@ type Config struct {
 	// --min-share-change and --rho-max for both meridian policies, in place of the shipped
 	// defaults and of what the "meridian" policy's fleet tuning sets.
 	MoveCost, MinShareChange, RhoMax *float64
+	// CacheHalfLife, when set, is the control server's --cache-half-life for both meridian
+	// policies (signals.Config.CacheHalfLife), in place of the shipped default.
+	CacheHalfLife *time.Duration
 	// Deployment is how every policy but meridian's is deployed (see Deployment); empty
 	// means DeployRegion.
 	Deployment Deployment

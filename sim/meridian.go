@@ -85,6 +85,9 @@ func (c *Config) tune(t tuning) tuning {
 	if c.MinShareChange != nil {
 		t.optimizer.MinShareChange = *c.MinShareChange
 	}
+	if c.CacheHalfLife != nil {
+		t.signals.CacheHalfLife = *c.CacheHalfLife
+	}
 	t.optimizer.ShedBacklog = c.ShedBacklog
 	return t
 }

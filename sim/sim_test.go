@@ -286,7 +286,8 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 	sc := sidecarConfig()
 	sc.Picker.Buckets, sc.MoveFactor = 1<<18, 3
 	moveCost, minShare, rho := 0.02, 0.04, 0.97
-	cfg := &Config{Sidecar: &sc, MoveCost: &moveCost, MinShareChange: &minShare, RhoMax: &rho, ShedBacklog: time.Second}
+	halfLife := 20 * time.Second
+	cfg := &Config{Sidecar: &sc, MoveCost: &moveCost, MinShareChange: &minShare, RhoMax: &rho, ShedBacklog: time.Second, CacheHalfLife: &halfLife}
 	for name, base := range map[string]tuning{"meridian-defaults": defaultTuning(w), "meridian": fleetTuning(w)} {
 		got := cfg.tune(base)
 		if got.sidecar.MoveFactor != 3 || got.sidecar.Picker.Buckets != simBuckets {
@@ -294,13 +295,13 @@ func TestTuneAppliesMeridiansConfiguration(t *testing.T) {
 				got.sidecar.MoveFactor, got.sidecar.Picker.Buckets, simBuckets)
 		}
 		if got.optimizer.Params.MoveCost != moveCost || got.optimizer.MinShareChange != minShare || got.optimizer.ShedBacklog != time.Second ||
-			got.optimizer.Params.RhoMax != rho {
-			t.Errorf("%s: move cost %v, min share change %v, shed backlog %v, rho max %v", name,
-				got.optimizer.Params.MoveCost, got.optimizer.MinShareChange, got.optimizer.ShedBacklog, got.optimizer.Params.RhoMax)
+			got.optimizer.Params.RhoMax != rho || got.signals.CacheHalfLife != halfLife {
+			t.Errorf("%s: move cost %v, min share change %v, shed backlog %v, rho max %v, cache half-life %v", name,
+				got.optimizer.Params.MoveCost, got.optimizer.MinShareChange, got.optimizer.ShedBacklog, got.optimizer.Params.RhoMax, got.signals.CacheHalfLife)
 		}
 		if unset := (&Config{}).tune(base); unset.optimizer.Params.MoveCost != base.optimizer.Params.MoveCost ||
 			unset.optimizer.MinShareChange != base.optimizer.MinShareChange || unset.optimizer.Params.RhoMax != base.optimizer.Params.RhoMax ||
-			unset.sidecar.MoveFactor != base.sidecar.MoveFactor {
+			unset.sidecar.MoveFactor != base.sidecar.MoveFactor || unset.signals.CacheHalfLife != base.signals.CacheHalfLife {
 			t.Errorf("%s: an empty Config changed the tuning", name)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/meridian-router/meridian/control/optimizer"
+	"github.com/meridian-router/meridian/control/signals"
 	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/sim"
 	"github.com/meridian-router/meridian/sim/engine"
@@ -55,6 +56,7 @@ type options struct {
 	sidecar       *server.Config
 	moveCost      *float64
 	minShare      *float64
+	cacheHalfLife *time.Duration
 	rhoMax        *float64
 	slo           sim.SLO
 	capacity      bool
@@ -150,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&moveCost, "move-cost", optimizer.DefaultConfig().Params.MoveCost, "meridian's control server --move-cost for both meridian policies; unset, the shipped default shown (meridian-defaults) or the fleet tuning's (meridian: half the trace's cold engine time)")
 	fs.Float64Var(&minShare, "min-share-change", optimizer.DefaultConfig().MinShareChange, "meridian's control server --min-share-change for both meridian policies; unset, as --move-cost")
 	fs.Float64Var(&rhoMax, "rho-max", optimizer.DefaultConfig().Params.RhoMax, "meridian's control server --rho-max for both meridian policies; unset, as --move-cost")
+	var cacheHalfLife time.Duration
+	fs.DurationVar(&cacheHalfLife, "cache-half-life", signals.DefaultConfig().CacheHalfLife, "meridian's control server --cache-half-life for both meridian policies; unset, the shipped default shown")
 	fs.DurationVar(&o.kvDelay, "kv-event-delay", 50*time.Millisecond, "time from an engine's KV-cache event to the routers subscribed to it")
 	def := sim.DefaultSLO()
 	fs.DurationVar(&o.slo.TTFTBase, "slo-ttft", def.TTFTBase, "SLO: fixed TTFT allowance")
@@ -217,12 +221,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			o.minShare = &minShare
 		case "rho-max":
 			o.rhoMax = &rhoMax
+		case "cache-half-life":
+			o.cacheHalfLife = &cacheHalfLife
 		}
 	})
 	oc := optimizer.DefaultConfig()
 	oc.Params.MoveCost, oc.MinShareChange, oc.Params.RhoMax = moveCost, minShare, rhoMax
 	if err := oc.Validate(); err != nil {
 		return o, fmt.Errorf("--move-cost, --min-share-change or --rho-max: %w", err)
+	}
+	sc := signals.DefaultConfig()
+	sc.CacheHalfLife = cacheHalfLife
+	if err := sc.Validate(); err != nil {
+		return o, fmt.Errorf("--cache-half-life: %w", err)
 	}
 	if o.replicas < 1 {
 		return o, fmt.Errorf("--replicas %d must be at least 1", o.replicas)
@@ -357,7 +368,7 @@ func baseConfig(o options, reqs []trace.Request, ecfg engine.Config) sim.Config 
 		RTT: sim.DefaultRTT(), Engine: ecfg, Load: o.load, Scenario: o.scenarios[0], Policies: o.policies,
 		Seed: o.seed, Retries: o.retries, Deployment: o.deployments[0],
 		Replicas: o.replicas, KVEventDelay: o.kvDelay, SLO: o.slo, ShedBacklog: o.shedBacklog,
-		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare, RhoMax: o.rhoMax}
+		Sidecar: o.sidecar, MoveCost: o.moveCost, MinShareChange: o.minShare, RhoMax: o.rhoMax, CacheHalfLife: o.cacheHalfLife}
 	if base.Deployment == sim.DeployGlobal {
 		base.Replicas = 1
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meridian-router/meridian/extproc/server"
 	"github.com/meridian-router/meridian/sim/engine"
@@ -224,18 +225,18 @@ func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
 	}
 
 	// The control server's values reach the simulation exactly when given.
-	o, err := parseFlags([]string{"--trace", tr, "--move-cost", "0.05", "--min-share-change", "0.04", "--rho-max", "0.8"}, &bytes.Buffer{})
+	o, err := parseFlags([]string{"--trace", tr, "--move-cost", "0.05", "--min-share-change", "0.04", "--rho-max", "0.8", "--cache-half-life", "20s"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := baseConfig(o, nil, engine.Config{}); c.MoveCost == nil || *c.MoveCost != 0.05 || c.MinShareChange == nil ||
-		*c.MinShareChange != 0.04 || c.RhoMax == nil || *c.RhoMax != 0.8 {
-		t.Errorf("given: move cost %v, min share change %v, rho max %v", c.MoveCost, c.MinShareChange, c.RhoMax)
+		*c.MinShareChange != 0.04 || c.RhoMax == nil || *c.RhoMax != 0.8 || c.CacheHalfLife == nil || *c.CacheHalfLife != 20*time.Second {
+		t.Errorf("given: move cost %v, min share change %v, rho max %v, cache half-life %v", c.MoveCost, c.MinShareChange, c.RhoMax, c.CacheHalfLife)
 	}
 	if o, err = parseFlags([]string{"--trace", tr}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if c := baseConfig(o, nil, engine.Config{}); c.MoveCost != nil || c.MinShareChange != nil || c.RhoMax != nil || c.Sidecar != nil {
+	if c := baseConfig(o, nil, engine.Config{}); c.MoveCost != nil || c.MinShareChange != nil || c.RhoMax != nil || c.Sidecar != nil || c.CacheHalfLife != nil {
 		t.Errorf("not given: move cost %v, min share change %v, rho max %v, sidecar %v: want the policies' own", c.MoveCost, c.MinShareChange, c.RhoMax, c.Sidecar)
 	}
 
@@ -249,6 +250,7 @@ func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
 		{"--trace", tr, "--min-share-change", "1"},
 		{"--trace", tr, "--move-cost", "-1"},
 		{"--trace", tr, "--rho-max", "1"},
+		{"--trace", tr, "--cache-half-life", "0s"},
 	} {
 		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)
