@@ -1,8 +1,7 @@
 package sim
 
 import (
-	"cmp"
-	"slices"
+	"math"
 
 	"github.com/meridian-router/meridian/sim/engine"
 )
@@ -114,26 +113,14 @@ func (rt *retention) result() []RetentionBucket {
 // poolRetention pools the runs' home-retention bands: each band's requests summed, its
 // shares weighted by them.
 func poolRetention(rs []Result) []RetentionBucket {
-	byFrom := map[float64]int{} // band -> index in out
-	var out []RetentionBucket
+	var rt retention
 	for _, r := range rs {
 		for _, b := range r.HomeRetention {
-			i, ok := byFrom[b.WritesFrom]
-			if !ok {
-				i = len(out)
-				out = append(out, RetentionBucket{WritesFrom: b.WritesFrom, WritesTo: b.WritesTo})
-				byFrom[b.WritesFrom] = i
-			}
-			p, n := &out[i], float64(b.Requests)
-			p.PromptCached += b.PromptCached * n
-			p.Returned += b.Returned * n
-			p.Requests += b.Requests
+			i, n := int(math.Round(b.WritesFrom/retentionStep)), float64(b.Requests)
+			rt.n[i] += b.Requests
+			rt.cached[i] += b.PromptCached * n
+			rt.returned[i] += int(math.Round(b.Returned * n))
 		}
 	}
-	for i := range out {
-		out[i].PromptCached /= float64(out[i].Requests)
-		out[i].Returned /= float64(out[i].Requests)
-	}
-	slices.SortFunc(out, func(a, b RetentionBucket) int { return cmp.Compare(a.WritesFrom, b.WritesFrom) })
-	return out
+	return rt.result()
 }

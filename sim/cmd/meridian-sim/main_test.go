@@ -237,7 +237,7 @@ func TestSidecarConfigAndControlFlagsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := baseConfig(o, nil, engine.Config{}); c.MoveCost != nil || c.MinShareChange != nil || c.RhoMax != nil || c.Sidecar != nil || c.CacheHalfLife != nil {
-		t.Errorf("not given: move cost %v, min share change %v, rho max %v, sidecar %v: want the policies' own", c.MoveCost, c.MinShareChange, c.RhoMax, c.Sidecar)
+		t.Errorf("not given: move cost %v, min share change %v, rho max %v, sidecar %v, cache half-life %v: want the policies' own", c.MoveCost, c.MinShareChange, c.RhoMax, c.Sidecar, c.CacheHalfLife)
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
