@@ -177,6 +177,13 @@ figures-dashboard: setup
 # The simulator's reports in docs/results/ (the same as `make sim`).
 figures-sim: sim
 
+# Every simulator report and table in docs/results/, each with the command its page states
+# (scripts/results.sh; about 70 minutes). RESULTS_ARGS='--list' prints the commands,
+# RESULTS_ARGS='--only capacity-seeds4' runs those whose --out matches.
+.PHONY: results
+results:
+	bash scripts/results.sh $(RESULTS_ARGS)
+
 # Copies docs/figures/*.md into the docs' blocks again (after editing a figure by hand, don't:
 # rerun its command).
 figures-splice:
