@@ -88,19 +88,25 @@ static_commands() {
 	echo "--trace $G --gpu a100-40gb --load 0.65 --deployment global --policies meridian-defaults,dynamo,llm-d-precise --out $R/agentic-a100-global-0.65 --quiet"
 }
 
-# The runs whose load a table of step 2 gives.
+# The runs whose load a table of step 2 gives. Each load is read before its line is
+# printed, so that a missing table stops the run (set -e) instead of running without it.
 derived_commands() {
+	local gpu g l
 	for gpu in h100 a100; do
-		local g=h100-80gb
+		g=h100-80gb
 		[ $gpu = a100 ] && g=a100-40gb
-		echo "--trace $M --gpu $g --load $(load_of capacity-$gpu llm-d-precise 1 3) --deployment region --policies meridian-defaults,llm-d-precise --out $R/at-anchor-capacity/mooncake-$gpu --quiet"
+		l=$(load_of capacity-$gpu llm-d-precise 1 3)
+		echo "--trace $M --gpu $g --load $l --deployment region --policies meridian-defaults,llm-d-precise --out $R/at-anchor-capacity/mooncake-$gpu --quiet"
 	done
 	for gpu in a100 h100; do
-		local g=h100-80gb
+		g=h100-80gb
 		[ $gpu = a100 ] && g=a100-40gb
-		echo "--trace $A --gpu $g --load $(load_of capacity-$gpu-azure meridian-defaults 0.9 4) --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/azure-$gpu --quiet"
-		echo "--trace $M --gpu $g --load $(load_of capacity-$gpu meridian-defaults 0.9 4) --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/mooncake-$gpu --quiet"
-		echo "--trace $M --arrivals $A --gpu $g --load $(load_of capacity-$gpu-mooncake-on-azure-arrivals meridian-defaults 0.9 4) --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/mooncake-on-azure-arrivals-$gpu --quiet"
+		l=$(load_of capacity-$gpu-azure meridian-defaults 0.9 4)
+		echo "--trace $A --gpu $g --load $l --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/azure-$gpu --quiet"
+		l=$(load_of capacity-$gpu meridian-defaults 0.9 4)
+		echo "--trace $M --gpu $g --load $l --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/mooncake-$gpu --quiet"
+		l=$(load_of capacity-$gpu-mooncake-on-azure-arrivals meridian-defaults 0.9 4)
+		echo "--trace $M --arrivals $A --gpu $g --load $l --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/mooncake-on-azure-arrivals-$gpu --quiet"
 	done
 }
 
