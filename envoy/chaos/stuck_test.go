@@ -98,11 +98,37 @@ func assertNoInFlight(ctx context.Context, t *testing.T, s *stack.Stack) {
 
 // slowNeighbours runs normal traffic beside clients that send half a body and stall, and
 // beside 1 MiB bodies whose model comes last (the costliest parse): the normal requests
-// keep their latency and are all steered.
+// are all served and steered, and keep their latency. The latency is compared between two
+// phases of one run (quiet, then beside the slow clients), so load from outside the test
+// that lands on one phase alone moves it: the pair is measured again once before the test
+// calls a latency regression, and fails only if both pairs miss. Every attempt must serve
+// every request beside the slow clients.
 func slowNeighbours(ctx context.Context, t *testing.T, s *stack.Stack) {
+	const attempts = 2
+	var quiet, beside float64
+	var served string
+	for i := range attempts {
+		quiet, beside, served = slowNeighboursOnce(ctx, t, s, uint64(81+2*i))
+		if beside <= 2*quiet+50 {
+			break
+		}
+		t.Logf("attempt %d of %d: TTFT p99 %.0f ms beside the slow clients, %.0f ms without", i+1, attempts, beside, quiet)
+		if i == attempts-1 {
+			t.Errorf("TTFT p99 beside 32 stalled clients and 1 MiB bodies above 2x + 50 ms of the quiet phase's in %d attempts of %d", attempts, attempts)
+		}
+	}
+	figure(t, "costly_bodies_served", served)
+	figure(t, "ttft_p99_ms_quiet", round2(quiet))
+	figure(t, "ttft_p99_ms_beside_slow_clients", round2(beside))
+}
+
+// slowNeighboursOnce runs the quiet phase and the phase beside the slow clients, checks that
+// every request beside them and every costly body was served, and returns the two phases'
+// TTFT p99 in ms and the costly bodies served of those sent.
+func slowNeighboursOnce(ctx context.Context, t *testing.T, s *stack.Stack, seed uint64) (quietP99, besideP99 float64, served string) {
 	n := s.Nodes[node]
 	const rate, d = 30, 5 * time.Second
-	quiet := startLoad(t, n.URL, loadSpec{Rate: rate, Duration: d, Output: 8, Stream: true, Seed: 81})
+	quiet := startLoad(t, n.URL, loadSpec{Rate: rate, Duration: d, Output: 8, Stream: true, Seed: seed})
 	_, quietRes := quiet.wait(t)
 	base := ttfts(quietRes, time.Time{}, time.Now())
 
@@ -126,23 +152,17 @@ func slowNeighbours(ctx context.Context, t *testing.T, s *stack.Stack) {
 			}
 		}
 	}()
-	busy := startLoad(t, n.URL, loadSpec{Rate: rate, Duration: d, Output: 8, Stream: true, Seed: 82})
+	busy := startLoad(t, n.URL, loadSpec{Rate: rate, Duration: d, Output: 8, Stream: true, Seed: seed + 1})
 	sum, busyRes := busy.wait(t)
 	wg.Wait()
-	figure(t, "costly_bodies_served", fmt.Sprintf("%d/%d", heavyOK, heavySent))
 	if heavyOK != heavySent {
 		t.Errorf("%d of %d valid ~1 MiB bodies (model last) were not served within 5s", heavySent-heavyOK, heavySent)
 	}
 	if fails := failed(busyRes); len(fails) > 0 || sum.Shed > 0 {
 		t.Errorf("%d failed and %d shed beside slow clients:\n%v", len(fails), sum.Shed, fails)
 	}
-	got := ttfts(busyRes, time.Time{}, time.Now())
-	figure(t, "ttft_p99_ms_quiet", round2(trace.Percentile(base, 99)))
-	figure(t, "ttft_p99_ms_beside_slow_clients", round2(trace.Percentile(got, 99)))
-	if trace.Percentile(got, 99) > 2*trace.Percentile(base, 99)+50 {
-		t.Errorf("TTFT p99 %.0f ms beside 32 stalled clients and 1 MiB bodies, %.0f ms without; want within 2× + 50 ms",
-			trace.Percentile(got, 99), trace.Percentile(base, 99))
-	}
+	return trace.Percentile(base, 99), trace.Percentile(ttfts(busyRes, time.Time{}, time.Now()), 99),
+		fmt.Sprintf("%d/%d", heavyOK, heavySent)
 }
 
 // stallClients opens n connections to url that each send a request's headers and the
