@@ -61,17 +61,24 @@ else:
 EOF
 }
 
+# gpu_flag turns a table's GPU name into meridian-sim's --gpu value.
+gpu_flag() {
+	case $1 in
+	h100) echo h100-80gb ;;
+	a100) echo a100-40gb ;;
+	esac
+}
+
 # Each command is one line: meridian-sim's arguments.
 static_commands() {
+	local seeds s p n gpu g
 	echo "--trace $M --gpu h100-80gb --load 0.6 --scenario all --out $R"
 	echo "--trace $M --gpu a100-40gb --load 0.4 --scenario all --out $R/scenarios-a100"
 	for seeds in 1 4; do
-		local s="" p="" n=""
-		if [ $seeds -gt 1 ]; then s="--seeds $seeds "; n="seeds$seeds-"; fi
+		s="" p="" n=""
+		if [ $seeds -gt 1 ]; then s="--seeds $seeds " p="--policies $SIX " n="seeds$seeds-"; fi
 		for gpu in h100 a100; do
-			local g=h100-80gb
-			[ $gpu = a100 ] && g=a100-40gb
-			[ $seeds -gt 1 ] && p="--policies $SIX "
+			g=$(gpu_flag $gpu)
 			echo "--trace $M --capacity ${s}--gpu $g --deployment region,global --out $R/capacity-$n$gpu --quiet"
 			echo "--trace $M --arrivals $A --capacity ${s}--gpu $g --deployment region,global --out $R/capacity-$n$gpu-mooncake-on-azure-arrivals --quiet"
 			echo "--trace $A --capacity ${s}--gpu $g --deployment region,global --out $R/capacity-$n$gpu-azure --quiet"
@@ -79,8 +86,7 @@ static_commands() {
 		done
 	done
 	for gpu in h100 a100; do
-		local g=h100-80gb
-		[ $gpu = a100 ] && g=a100-40gb
+		g=$(gpu_flag $gpu)
 		echo "--trace $M --capacity --gpu $g --replicas 1 --kv-event-delay 0 --policies oracle,llm-d-precise --out $R/oracle-$gpu --quiet"
 		echo "--trace $M --capacity --gpu $g --deployment global --kv-event-delay 0 --policies oracle --out $R/oracle-$gpu-global --quiet"
 	done
@@ -93,14 +99,12 @@ static_commands() {
 derived_commands() {
 	local gpu g l
 	for gpu in h100 a100; do
-		g=h100-80gb
-		[ $gpu = a100 ] && g=a100-40gb
+		g=$(gpu_flag $gpu)
 		l=$(load_of capacity-$gpu llm-d-precise 1 3)
 		echo "--trace $M --gpu $g --load $l --deployment region --policies meridian-defaults,llm-d-precise --out $R/at-anchor-capacity/mooncake-$gpu --quiet"
 	done
 	for gpu in a100 h100; do
-		g=h100-80gb
-		[ $gpu = a100 ] && g=a100-40gb
+		g=$(gpu_flag $gpu)
 		l=$(load_of capacity-$gpu-azure meridian-defaults 0.9 4)
 		echo "--trace $A --gpu $g --load $l --deployment region --policies meridian-defaults,p-controller --out $R/at-0.9x-capacity/azure-$gpu --quiet"
 		l=$(load_of capacity-$gpu meridian-defaults 0.9 4)
