@@ -533,7 +533,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		d.fallbacks = len(res.Order) - 1 // failover engines outside the subset are not listed
 	}
 	atLimit := res.AtLimit || c.reserved(m.table, res.Order, d.Priority)
-	sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work))
+	sd := m.state.shed.Decide(d.Priority, atLimit, c.queued(m.table, res.Order, work), float64(work))
 	if sd.Shed() {
 		d.Verdict, d.RetryAfter = ShedQuota, sd.RetryAfter
 		if sd.Reason == guard.ShedLimit {

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/meridian-router/meridian/enginemetrics"
@@ -72,5 +73,38 @@ func TestQuotaShedsOnlyWhatTheEngineWouldQueue(t *testing.T) {
 	}
 	if err := (Config{QuotaAt: -1, Log: slog.New(slog.DiscardHandler)}).Validate(); err == nil {
 		t.Error("QuotaAt -1 validated")
+	}
+}
+
+// The core weighs a request in the shed quota by its work (prompt tokens plus DecodeWork):
+// with shed.by_work, the default, a long prompt is refused more often than a short one for
+// the same fraction; without it, as often.
+func TestQuotaWeighsRequestsByWork(t *testing.T) {
+	for _, byWork := range []bool{true, false} {
+		c := overflowViewCore(t, func(c *Config) { c.QuotaAt, c.Shed.ByWork = 0, byWork })
+		if err := c.ApplyPolicy(&meridianv1.Policy{Version: "v", Shed: []*meridianv1.ModelShed{{Model: "a", Fraction: 0.05}}}); err != nil {
+			t.Fatal(err)
+		}
+		var n, shed [2]int // [0] 1,000-token prompts, [1] 30,000-token ones (a tenth, drawn)
+		r := rand.New(rand.NewPCG(3, 4))
+		for i := range 4000 {
+			k, tokens := 0, 1000
+			if r.Float64() < 0.1 {
+				k, tokens = 1, 30000
+			}
+			d := c.Route(Request{Model: "a", Key: uint64(i + 1), BodyBytes: tokens * BytesPerToken}, make([]int, 0, 8))
+			n[k]++
+			if d.Verdict == ShedQuota {
+				shed[k]++
+			}
+		}
+		short, long := float64(shed[0])/float64(n[0]), float64(shed[1])/float64(n[1])
+		t.Logf("by_work %v: shed %.3f of the short prompts and %.3f of the long", byWork, short, long)
+		if byWork && !(long > 5*short) {
+			t.Errorf("by_work: shed %.3f of the long prompts and %.3f of the short, want the long ones far more often", long, short)
+		}
+		if !byWork && (long > 2*short+0.01 || short > 2*long+0.01) {
+			t.Errorf("by requests: shed %.3f of the long prompts and %.3f of the short, want about the same share", long, short)
+		}
 	}
 }

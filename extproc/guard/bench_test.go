@@ -33,7 +33,7 @@ func BenchmarkShedDecide(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				clk.Advance(time.Millisecond)
-				s.Decide("m", i&3, false, true)
+				s.Decide("m", i&3, false, true, float64(1000+(i&7)*500))
 				i++
 			}
 		})

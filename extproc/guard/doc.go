@@ -11,7 +11,9 @@
 //     a per-request retry allowance, capped by a token bucket on the retry ratio.
 //   - Shedder decides which requests to refuse with 503 when the control server asks
 //     for a shed fraction or when every candidate engine is at its local limit,
-//     lowest priority first and no more than needed.
+//     lowest priority first and no more than needed; within a class, a request's
+//     chance is in proportion to its work (ShedConfig.ByWork), so the fraction's share
+//     of the work is met by refusing the fewest requests.
 //
 // # Publishing
 //

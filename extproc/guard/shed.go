@@ -26,11 +26,16 @@ type ShedConfig struct {
 	MaxModels int
 	// RetryAfter is the delay a shed request is told to wait (Retry-After).
 	RetryAfter time.Duration
+	// ByWork makes the control server's fraction a share of the model's work rather than
+	// of its requests: within the cutoff class a request is picked with a chance in
+	// proportion to its work (Decide's work), so the fraction's relief is met by fewer,
+	// larger requests. Requests that state no work count as the average one.
+	ByWork bool
 }
 
 // DefaultShedConfig returns the sidecar's defaults.
 func DefaultShedConfig() ShedConfig {
-	return ShedConfig{Priorities: 4, RateHalfLife: 5 * time.Second, MaxModels: 256, RetryAfter: time.Second}
+	return ShedConfig{Priorities: 4, RateHalfLife: 5 * time.Second, MaxModels: 256, RetryAfter: time.Second, ByWork: true}
 }
 
 // Validate reports every field that is out of range, naming it.
@@ -98,8 +103,11 @@ type ModelDemand struct {
 // Shedder decides which requests to shed. For a model with shed fraction f it keeps
 // decayed per-class arrival counts, and sheds whole classes from the lowest up while
 // their share of arrivals fits in f, and then the needed part of the next class (the
-// cutoff class), spread evenly over its arrivals by error diffusion. Decisions are
-// deterministic given the arrival sequence and the clock. Safe for concurrent use.
+// cutoff class), spread over its arrivals by error diffusion: evenly, or with
+// ShedConfig.ByWork in proportion to each request's work, so that the part shed is that
+// share of the class's work (a request of twice the work is twice as likely to be shed,
+// and fewer requests are refused for the same relief). Decisions are deterministic given
+// the arrival sequence and the clock. Safe for concurrent use.
 type Shedder struct {
 	cfg   ShedConfig
 	clock Clock
@@ -120,7 +128,15 @@ type modelState struct {
 	shed      float64   // decayed
 	carry     []float64 // error-diffusion remainder per class
 	decayedAt time.Time
+	// workMean and workSquare average the work of the model's arrivals and its square
+	// (ShedConfig.ByWork), by workAverageWeight per arrival; 0 before the first.
+	workMean, workSquare float64
 }
+
+// workAverageWeight is the weight of each arrival in modelState's work averages: the work
+// of a model's requests is a property of its workload, so the averages span a few hundred
+// arrivals (minutes at a sidecar's rate) rather than the arrival rates' seconds.
+const workAverageWeight = 1.0 / 256
 
 // recentHalfLife is the memory of the arrival rate that lifts a quota once arrivals fall.
 const recentHalfLife = time.Second
@@ -224,9 +240,11 @@ func (s *Shedder) model(name string, now time.Time) *modelState {
 // take it: the fraction applies to such requests only. A request that is not queued is
 // admitted, and still counts as an arrival (in the demand Demand reports and in the
 // classes' shares of it). Priorities outside [0, Priorities-1] are treated as the
-// nearest class.
-func (s *Shedder) Decide(model string, priority int, atLimit, queued bool) Decision {
-	return s.Model(model).Decide(priority, atLimit, queued)
+// nearest class. work is the request's cost in any unit the caller keeps to (the sidecar's
+// is prompt tokens plus its decode allowance), weighed by ShedConfig.ByWork; <= 0 counts
+// as the average request.
+func (s *Shedder) Decide(model string, priority int, atLimit, queued bool, work float64) Decision {
+	return s.Model(model).Decide(priority, atLimit, queued, work)
 }
 
 // ModelShedder decides for one model. The request path keeps one per model (it outlives
@@ -243,7 +261,7 @@ func (s *Shedder) Model(name string) ModelShedder {
 }
 
 // Decide is Shedder.Decide for this model.
-func (m ModelShedder) Decide(priority int, atLimit, queued bool) Decision {
+func (m ModelShedder) Decide(priority int, atLimit, queued bool, work float64) Decision {
 	s, st := m.s, m.st
 	now := s.clock.Now()
 	p := min(max(priority, 0), s.cfg.Priorities-1)
@@ -252,11 +270,15 @@ func (m ModelShedder) Decide(priority int, atLimit, queued bool) Decision {
 	st.decayTo(now, s.cfg.RateHalfLife)
 	st.arrivals[p]++
 	st.recent++
+	size := 1.0
+	if s.cfg.ByWork {
+		size = st.size(work)
+	}
 	reason, eff := Admit, st.effective()
 	switch {
 	case atLimit:
 		reason = ShedLimit
-	case queued && eff > 0 && st.quota(p, eff):
+	case queued && eff > 0 && st.quota(p, eff, size):
 		reason = ShedQuota
 	}
 	if reason == Admit {
@@ -282,8 +304,29 @@ func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
 	st.decayedAt = now
 }
 
-// quota reports whether shedding the fraction f asks to shed this arrival of class p.
-func (st *modelState) quota(p int, f float64) bool {
+// size learns an arrival's work and returns its weight in the quota: work × E[work] /
+// E[work²], which sheds the fraction f of the work when each request of the cutoff class is
+// picked with f × its weight (the expected work shed is f × E[work²] × E[work] / E[work²]);
+// 1 (the average request's) when work is not stated (<= 0, NaN) or nothing has a size yet.
+func (st *modelState) size(work float64) float64 {
+	if !(work > 0) || math.IsInf(work, 0) {
+		return 1
+	}
+	if st.workSquare == 0 {
+		st.workMean, st.workSquare = work, work*work
+	} else {
+		st.workMean += (work - st.workMean) * workAverageWeight
+		st.workSquare += (work*work - st.workSquare) * workAverageWeight
+	}
+	if !(st.workSquare > 0) || math.IsInf(st.workSquare, 0) {
+		return 1
+	}
+	return work * st.workMean / st.workSquare
+}
+
+// quota reports whether shedding the fraction f asks to shed this arrival of class p,
+// whose weight is size (1 for the average request).
+func (st *modelState) quota(p int, f, size float64) bool {
 	total := sum(st.arrivals)
 	target, below := f*total, 0.0
 	for c, a := range st.arrivals {
@@ -299,7 +342,9 @@ func (st *modelState) quota(p int, f float64) bool {
 			// wholly shed, and p would have been found among them.
 			return false
 		}
-		st.carry[c] += (target - below) / a
+		// A request heavy enough to fill the remainder alone is shed, and what it
+		// exceeds is not passed on to the next arrival.
+		st.carry[c] += min((target-below)/a*size, 1)
 		if st.carry[c] >= 1 {
 			st.carry[c]--
 			return true

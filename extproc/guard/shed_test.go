@@ -61,7 +61,7 @@ func TestShedsLowestPriorityFirst(t *testing.T) {
 			for i := range warmup + n {
 				clk.Advance(time.Millisecond)
 				c := drawClass(r)
-				d := s.Decide("m", c, false, true)
+				d := s.Decide("m", c, false, true, 0)
 				if i < warmup {
 					continue
 				}
@@ -96,12 +96,12 @@ func TestShedNothingUnlessAsked(t *testing.T) {
 	}
 	for i := range 5000 {
 		clk.Advance(time.Millisecond)
-		if d := s.Decide("m", i%4, false, i%2 == 0); d.Shed() || d.Held {
+		if d := s.Decide("m", i%4, false, i%2 == 0, 0); d.Shed() || d.Held {
 			t.Fatalf("request %d shed (%v) or held (%v) with no fraction for its model", i, d.Reason, d.Held)
 		}
 	}
 	// Every candidate at its local limit: shed even the most important request.
-	if d := s.Decide("m", 3, true, true); d.Reason != ShedLimit || d.RetryAfter != time.Second {
+	if d := s.Decide("m", 3, true, true, 0); d.Reason != ShedLimit || d.RetryAfter != time.Second {
 		t.Fatalf("at limit: %+v, want ShedLimit with Retry-After 1s", d)
 	}
 	// Setting the fractions again replaces them: "other-model" goes back to 0.
@@ -110,7 +110,7 @@ func TestShedNothingUnlessAsked(t *testing.T) {
 	}
 	for range 1000 {
 		clk.Advance(time.Millisecond)
-		if s.Decide("other-model", 0, false, true).Shed() {
+		if s.Decide("other-model", 0, false, true, 0).Shed() {
 			t.Fatal("model dropped from the policy is still shed")
 		}
 	}
@@ -127,7 +127,7 @@ func TestShedOnlyQueued(t *testing.T) {
 	for i := range 30000 { // 30 s: six of the rates' half-lives
 		clk.Advance(time.Millisecond)
 		q := i%2 == 0
-		d := s.Decide("m", 0, false, q)
+		d := s.Decide("m", 0, false, q, 0)
 		switch {
 		case !q && (d.Shed() || !d.Held):
 			t.Fatalf("request %d: shed %v (%v), held %v; want admitted and held, its engine not queued", i, d.Shed(), d.Reason, d.Held)
@@ -153,7 +153,7 @@ func TestShedOnlyQueued(t *testing.T) {
 	}
 	for i := range 3000 { // 30 s at 100 req/s
 		clk.Advance(10 * time.Millisecond)
-		if d := s.Decide("m", 0, false, false); i >= 1000 && d.Held {
+		if d := s.Decide("m", 0, false, false, 0); i >= 1000 && d.Held {
 			t.Fatalf("request %d held at 100 req/s, below the 750 req/s the fraction leaves admitted", i)
 		}
 	}
@@ -165,7 +165,7 @@ func TestShedDemandRates(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for range 30 * 200 { // 200 req/s for 30 s (six half-lives)
 		clk.Advance(5 * time.Millisecond)
-		s.Decide("m", drawClass(r), false, true)
+		s.Decide("m", drawClass(r), false, true, 0)
 	}
 	d := s.Demand()
 	if len(d) != 1 || d[0].Model != "m" {
@@ -184,7 +184,7 @@ func TestShedModelsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		s.Decide(fmt.Sprintf("junk-%d", i), 0, false, true)
+		s.Decide(fmt.Sprintf("junk-%d", i), 0, false, true, 0)
 	}
 	d := s.Demand()
 	if len(d) != 4 || d[0].Model != OtherModels { // 3 named + the shared entry
@@ -201,7 +201,7 @@ func TestShedConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				clk.Advance(time.Microsecond)
-				s.Decide([]string{"a", "b"}[(g+i)%2], i%4, false, true)
+				s.Decide([]string{"a", "b"}[(g+i)%2], i%4, false, true, 0)
 				if i%500 == 0 {
 					_ = s.SetFractions(map[string]float64{"a": 0.5, "b": 0.1})
 					s.Demand()
@@ -255,7 +255,7 @@ func TestShedLiftsWhenArrivalsFall(t *testing.T) {
 		for elapsed := time.Duration(0); elapsed < d; elapsed += gap {
 			clk.Advance(gap)
 			n++
-			if s.Decide("m", n%4, false, true).Shed() {
+			if s.Decide("m", n%4, false, true, 0).Shed() {
 				shed++
 			}
 		}
@@ -282,4 +282,66 @@ func TestShedLiftsWhenArrivalsFall(t *testing.T) {
 		t.Fatalf("arrivals at 40 req/s under the 60 admitted: still shed %.3f after 2 s", after)
 	}
 	t.Logf("shed %.3f in the first 2 s after the overload ended", first)
+}
+
+// TestShedsAShareOfTheWork: with ShedConfig.ByWork (the default) the fraction is a share of
+// the work, taken from requests in proportion to their work, so fewer requests are shed for
+// the same relief; without it, a share of the requests whatever their size.
+func TestShedsAShareOfTheWork(t *testing.T) {
+	const f, small, large = 0.1, 1000.0, 20000.0 // a tenth of the requests are large
+	for _, byWork := range []bool{true, false} {
+		t.Run(fmt.Sprint("by_work=", byWork), func(t *testing.T) {
+			cfg := DefaultShedConfig()
+			cfg.ByWork = byWork
+			clk := guardtest.NewClock()
+			s, err := NewShedder(cfg, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetFractions(map[string]float64{"m": f}); err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(5, 6))
+			var n, nShed, work, workShed [2]float64 // [0] small, [1] large
+			const warmup, total = 5000, 60000
+			for i := range warmup + total {
+				clk.Advance(time.Millisecond)
+				k, w := 0, small
+				if r.Float64() < 0.1 {
+					k, w = 1, large
+				}
+				d := s.Decide("m", 0, false, true, w)
+				if i < warmup {
+					continue
+				}
+				n[k]++
+				work[k] += w
+				if d.Shed() {
+					nShed[k]++
+					workShed[k] += w
+				}
+			}
+			shareOfWork := (workShed[0] + workShed[1]) / (work[0] + work[1])
+			shareOfRequests := (nShed[0] + nShed[1]) / (n[0] + n[1])
+			rateSmall, rateLarge := nShed[0]/n[0], nShed[1]/n[1]
+			t.Logf("shed %.4f of the work, %.4f of the requests; %.4f of the small ones, %.4f of the large", shareOfWork, shareOfRequests, rateSmall, rateLarge)
+			if byWork {
+				// Each request is picked with f × work × E[work] / E[work²]: 0.0071 of the
+				// small ones and 0.1418 of the large, 0.0206 of all requests.
+				if math.Abs(shareOfWork-f) > 0.01 {
+					t.Errorf("shed %.4f of the work, want %.2f ± 0.01", shareOfWork, f)
+				}
+				if shareOfRequests > 0.3*f {
+					t.Errorf("shed %.4f of the requests, want under %.3f: the work's share should take the large ones", shareOfRequests, 0.3*f)
+				}
+				if ratio := rateLarge / rateSmall; ratio < 15 || ratio > 25 {
+					t.Errorf("a large request was shed %.1f times as often as a small one, want about 20 (their work's ratio)", ratio)
+				}
+				return
+			}
+			if math.Abs(shareOfRequests-f) > 0.01 || math.Abs(rateLarge-rateSmall) > 0.02 {
+				t.Errorf("shed %.4f of the requests (small %.4f, large %.4f), want %.2f of each", shareOfRequests, rateSmall, rateLarge, f)
+			}
+		})
+	}
 }

@@ -287,6 +287,10 @@ type FileShed struct {
 	RetryAfter     time.Duration `yaml:"retry_after"`
 	SheddableBelow int           `yaml:"sheddable_below"`
 	QuotaAt        float64       `yaml:"quota_at"`
+	// ByWork makes the control server's shed fraction a share of the work, taken from
+	// requests in proportion to their work (guard.ShedConfig.ByWork); false: a share of
+	// the requests.
+	ByWork bool `yaml:"by_work"`
 }
 
 // DefaultSpillFloor is the shipped picker.spill_floor: an engine keeps its keys while it
@@ -338,7 +342,7 @@ func DefaultFile() File {
 		Outliers: FileOutliers{PenaltyRecoverHalfLife: 5 * time.Second},
 		Retry: FileRetry{MaxRetriesIdle: rt.Curve.MaxRetriesIdle, GenerousBelow: rt.Curve.GenerousBelow,
 			ZeroAt: rt.Curve.ZeroAt, RetryOn: rt.Curve.RetryOn, Ratio: rt.Ratio},
-		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter, QuotaAt: decide.DefaultQuotaAt},
+		Shed:           FileShed{Priorities: sh.Priorities, RetryAfter: sh.RetryAfter, QuotaAt: decide.DefaultQuotaAt, ByWork: sh.ByWork},
 		Priority:       PriorityConfig{Default: 1, Header: "x-meridian-priority"},
 		EngineLoad:     EngineLoadConfig{Interval: 50 * time.Millisecond, Timeout: 500 * time.Millisecond, PrefillWeight: decide.DefaultPrefillWeight},
 		Placements:     FilePlacements{ExchangeInterval: 200 * time.Millisecond},
@@ -507,7 +511,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	oc := guard.DefaultOutlierConfig()
 	oc.RecoverHalfLife = f.Outliers.PenaltyRecoverHalfLife
 	sh := guard.DefaultShedConfig()
-	sh.Priorities, sh.RetryAfter = f.Shed.Priorities, f.Shed.RetryAfter
+	sh.Priorities, sh.RetryAfter, sh.ByWork = f.Shed.Priorities, f.Shed.RetryAfter, f.Shed.ByWork
 	c := Config{
 		Request:           req,
 		Picker:            pk,

@@ -83,7 +83,7 @@ request: {block_bytes: 128, max_blocks: 32, affinity_blocks: 8, prefix_marks: tr
 picker: {fallbacks: 3, choices: 9, bounded_load_epsilon: 0.5, max_in_flight: 7, decode_work_tokens: 99, spill_floor: 6, move_factor: 1.5, overflow_at: 0.35, overflow_engines: 3, room_wait: 3s}
 outliers: {penalty_recover_half_life: 9s}
 retry: {max_retries_idle: 3, generous_below: 0.4, zero_at: 0.8, retry_on: "5xx", ratio: 0.2}
-shed: {priorities: 6, retry_after: 2s, quota_at: 0.75}
+shed: {priorities: 6, retry_after: 2s, quota_at: 0.75, by_work: false}
 priority: {default: 5, header: x-tier}
 engine_load: {scrape_interval: 200ms, scrape_timeout: 150ms, prefill_weight: 1.5}
 placements: {exchange_interval: 400ms}
@@ -102,9 +102,9 @@ report_interval: 3s
 		c.Shed.Priorities, c.Shed.RetryAfter.String(), c.Priority.Default, c.Priority.Header, c.ReportInterval.String(),
 		c.EngineLoad.Interval.String(), c.EngineLoad.Timeout.String(), c.MoveFactor, c.Core().MoveFactor, c.PlacementInterval.String(),
 		c.Picker.OverflowAt, c.Core().OverflowEngines, c.Core().QuotaAt, c.Core().PrefillWeight, c.PeerInterval.String(), c.Request.Marks, c.Core().PrefixMarks, c.Picker.RoomWait.String(),
-		c.Picker.Choices, c.Picker.MaxExamined}
+		c.Picker.Choices, c.Picker.MaxExamined, c.Core().Shed.ByWork, DefaultConfig(slog.New(slog.DiscardHandler)).Core().Shed.ByWork}
 	// spill_floor counts short requests: the picker's floor is 6 × decode_work_tokens of work.
-	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms", true, true, "3s", 9, 16}
+	want := []any{128, 32, 8, int64(65536), "50ms", 3, 0.5, int64(7), int64(99), int64(6 * 99), "9s", uint32(3), 0.4, 0.8, "5xx", 0.2, 6, "2s", 5, "x-tier", "3s", "200ms", "150ms", 1.5, 1.5, "400ms", 0.35, 3, 0.75, 1.5, "25ms", true, true, "3s", 9, 16, false, true}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("field %d: got %v, want %v", i, got[i], want[i])
