@@ -29,7 +29,8 @@ type ShedConfig struct {
 	// ByWork makes the control server's fraction a share of the model's work rather than
 	// of its requests: within the cutoff class a request is picked with a chance in
 	// proportion to its work (Decide's work), so the fraction's relief is met by fewer,
-	// larger requests. Requests that state no work count as the average one.
+	// larger requests. A request that states no work weighs 1, as every request does
+	// without ByWork.
 	ByWork bool
 }
 
@@ -241,8 +242,8 @@ func (s *Shedder) model(name string, now time.Time) *modelState {
 // admitted, and still counts as an arrival (in the demand Demand reports and in the
 // classes' shares of it). Priorities outside [0, Priorities-1] are treated as the
 // nearest class. work is the request's cost in any unit the caller keeps to (the sidecar's
-// is prompt tokens plus its decode allowance), weighed by ShedConfig.ByWork; <= 0 counts
-// as the average request.
+// is prompt tokens plus its decode allowance), weighed by ShedConfig.ByWork; a request with
+// work <= 0 weighs 1, as every request does without ByWork.
 func (s *Shedder) Decide(model string, priority int, atLimit, queued bool, work float64) Decision {
 	return s.Model(model).Decide(priority, atLimit, queued, work)
 }
@@ -307,7 +308,8 @@ func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
 // size learns an arrival's work and returns its weight in the quota: work × E[work] /
 // E[work²], which sheds the fraction f of the work when each request of the cutoff class is
 // picked with f × its weight (the expected work shed is f × E[work²] × E[work] / E[work²]);
-// 1 (the average request's) when work is not stated (<= 0, NaN) or nothing has a size yet.
+// 1 (every request's weight when all have the same work) when work is not stated (<= 0,
+// NaN).
 func (st *modelState) size(work float64) float64 {
 	if !(work > 0) || math.IsInf(work, 0) {
 		return 1
@@ -325,7 +327,7 @@ func (st *modelState) size(work float64) float64 {
 }
 
 // quota reports whether shedding the fraction f asks to shed this arrival of class p,
-// whose weight is size (1 for the average request).
+// whose weight is size (1 for each when every request weighs the same).
 func (st *modelState) quota(p int, f, size float64) bool {
 	total := sum(st.arrivals)
 	target, below := f*total, 0.0
