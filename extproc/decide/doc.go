@@ -28,7 +28,8 @@
 // back from the lowest class, less for higher ones), or by the control server's shed
 // fraction for the model (guard.Shedder), which takes only requests whose picked engine
 // would hold more than Config.QuotaAt of its KV cache in work or held requests waiting at
-// its last scrape (Decision.QuotaHeld marks the others). The retry grant is the policy's utilization
+// its last scrape (Decision.QuotaHeld marks the others), each weighed by its work (prompt
+// tokens plus Config.DecodeWork) under the shed config's ByWork. The retry grant is the policy's utilization
 // curve, cut to the credits of a token bucket; with no budget, a request may still move
 // once if it never reached an engine (RetryOnUnsent), which adds no load anywhere.
 //
