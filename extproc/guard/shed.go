@@ -271,15 +271,14 @@ func (m ModelShedder) Decide(priority int, atLimit, queued bool, work float64) D
 	st.decayTo(now, s.cfg.RateHalfLife)
 	st.arrivals[p]++
 	st.recent++
-	size := 1.0
 	if s.cfg.ByWork {
-		size = st.size(work)
+		st.learnWork(work)
 	}
 	reason, eff := Admit, st.effective()
 	switch {
 	case atLimit:
 		reason = ShedLimit
-	case queued && eff > 0 && st.quota(p, eff, size):
+	case queued && eff > 0 && st.quota(p, eff, st.weight(s.cfg.ByWork, work)):
 		reason = ShedQuota
 	}
 	if reason == Admit {
@@ -305,30 +304,35 @@ func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
 	st.decayedAt = now
 }
 
-// size learns an arrival's work and returns its weight in the quota: work × E[work] /
-// E[work²], which sheds the fraction f of the work when each request of the cutoff class is
-// picked with f × its weight (the expected work shed is f × E[work²] × E[work] / E[work²]);
-// 1 (every request's weight when all have the same work) when work is not stated (<= 0,
-// NaN).
-func (st *modelState) size(work float64) float64 {
+// learnWork adds an arrival's work to the model's averages (ShedConfig.ByWork); work that
+// is not stated (<= 0, NaN, infinite) is left out.
+func (st *modelState) learnWork(work float64) {
 	if !(work > 0) || math.IsInf(work, 0) {
-		return 1
+		return
 	}
 	if st.workSquare == 0 {
 		st.workMean, st.workSquare = work, work*work
-	} else {
-		st.workMean += (work - st.workMean) * workAverageWeight
-		st.workSquare += (work*work - st.workSquare) * workAverageWeight
+		return
 	}
-	if !(st.workSquare > 0) || math.IsInf(st.workSquare, 0) {
+	st.workMean += (work - st.workMean) * workAverageWeight
+	st.workSquare += (work*work - st.workSquare) * workAverageWeight
+}
+
+// weight is an arrival's weight in the quota: with byWork, work × E[work] / E[work²], which
+// sheds the fraction f of the work when each request of the cutoff class is picked with f ×
+// its weight (the expected work shed per arrival is f × E[work]); 1 (every request's weight
+// when all have the same work) without byWork, when work is not stated, or before the
+// averages hold any.
+func (st *modelState) weight(byWork bool, work float64) float64 {
+	if !byWork || !(work > 0) || math.IsInf(work, 0) || !(st.workSquare > 0) || math.IsInf(st.workSquare, 0) {
 		return 1
 	}
 	return work * st.workMean / st.workSquare
 }
 
 // quota reports whether shedding the fraction f asks to shed this arrival of class p,
-// whose weight is size (1 for each when every request weighs the same).
-func (st *modelState) quota(p int, f, size float64) bool {
+// whose weight is w (1 for each when every request weighs the same).
+func (st *modelState) quota(p int, f, w float64) bool {
 	total := sum(st.arrivals)
 	target, below := f*total, 0.0
 	for c, a := range st.arrivals {
@@ -346,7 +350,7 @@ func (st *modelState) quota(p int, f, size float64) bool {
 		}
 		// A request heavy enough to fill the remainder alone is shed, and what it
 		// exceeds is not passed on to the next arrival.
-		st.carry[c] += min((target-below)/a*size, 1)
+		st.carry[c] += min((target-below)/a*w, 1)
 		if st.carry[c] >= 1 {
 			st.carry[c]--
 			return true
