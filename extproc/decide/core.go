@@ -760,9 +760,11 @@ func (c *Core) InFlight() map[string]int64 {
 // has written into its KV cache and the cache's capacity (Load.KVWritten and KVTokens):
 // a key's home expires once its engine has written more than its cache holds since the
 // key's placement (picker.Homes), and the key is then placed as a new one; and, for the
-// room a key's home has (picker.Table.Room), the tokens the running requests hold and
-// the tokens per second they free as they finish (engineCounters.finishRate times the tokens a running
-// request holds on average). Call it from the scraper, not per request.
+// room a key's home has (picker.Table.Room), the tokens the running requests hold, the
+// tokens the waiting ones will take before a new request (each the mean prompt of this
+// core's recent requests) and the tokens per second the running ones free as they finish
+// (engineCounters.finishRate times the tokens a running request holds on average). Call
+// it from the scraper, not per request.
 func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 	o := picker.Observation{Waiting: int64(l.Waiting), KVFreed: -1} // -1: finishes not stated
 	if written, ok := l.KVWritten(); ok && l.KVTokens > 0 {
@@ -772,20 +774,27 @@ func (c *Core) ObserveEngineLoad(addr string, l enginemetrics.Load) {
 		}
 	}
 	held, kv := l.KVHeld()
-	var rest, mean float64
+	var rest float64
 	var peerRequests int64
+	mean := c.requestWork()
 	if kv {
 		prefill, finishes, stated := c.engineCounters(addr, l)
 		o.KVHeld = int64(held)
+		// The waiting requests take their blocks before a new one (vLLM admits in order):
+		// each at the mean prompt of the requests this core routed, as each weighs the
+		// mean work in rest.
+		if l.Waiting > 0 {
+			o.KVWaiting = int64(math.Round(l.Waiting * max(mean-float64(c.cfg.DecodeWork), 0)))
+		}
 		if stated {
 			o.KVFreed = 0
 			if finishes > 0 && l.Running > 0 {
 				o.KVFreed = int64(math.Round(finishes * held / l.Running))
 			}
 		}
-		rest = held + c.cfg.PrefillWeight*prefill + l.Waiting*c.requestWork()
+		rest = held + c.cfg.PrefillWeight*prefill + l.Waiting*mean
 	} else {
-		peerRequests, mean = c.peerInFlightAt(addr).Requests, c.requestWork()
+		peerRequests = c.peerInFlightAt(addr).Requests
 	}
 	c.loads.Observe(addr, o, func(requests, work, peerWork int64) int64 {
 		others := rest - float64(work+peerWork) // peerWork is the peers' work SetPeerInFlight summed

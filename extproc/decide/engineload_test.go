@@ -117,14 +117,22 @@ func routedEngine(t *testing.T, c *Core) (string, *picker.Table, int) {
 	return addr, table, i
 }
 
-// The tokens a scrape finds held for running requests bound the room the picker sees for
-// a prompt there (picker.Table.Room), and a failed scrape forgets them.
+// The tokens a scrape finds held for running requests, and those its waiting requests
+// will take, bound the room the picker sees for a prompt there (picker.Table.Room), and a
+// failed scrape forgets them.
 func TestObserveEngineLoadStatesTheRoomLeft(t *testing.T) {
 	c := placementCore(t)
 	addr, table, i := routedEngine(t, c)
 	c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 2, KVUsage: 0.6, KVTokens: 100_000})
 	if !table.Room(i, 40_000) || table.Room(i, 40_001) {
 		t.Errorf("60k of 100k held: room for 40k %v, for 40,001 %v; want true, false", table.Room(i, 40_000), table.Room(i, 40_001))
+	}
+	// Two requests waiting take their blocks first, each at the mean prompt of the
+	// requests the core routed (one, of placementPrompt tokens).
+	c.ObserveEngineLoad(addr, enginemetrics.Load{Running: 2, Waiting: 2, KVUsage: 0.6, KVTokens: 100_000})
+	if left := int64(40_000 - 2*placementPrompt); !table.Room(i, left) || table.Room(i, left+1) {
+		t.Errorf("60k of 100k held, two %d-token prompts waiting: room for %d %v, for %d %v; want true, false",
+			placementPrompt, left, table.Room(i, left), left+1, table.Room(i, left+1))
 	}
 	c.ForgetEngineLoad(addr)
 	c.loads.SetKVWritten(addr, 0, 100_000) // the cache's size known again, nothing held observed since

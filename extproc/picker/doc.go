@@ -77,8 +77,11 @@
 // when a few long prompts fill the cache (agentic sessions of 100k tokens on an A100 hold
 // two thirds of it each), where a prefill queue of the same tokens takes seconds. Table.Room
 // compares the tokens the engine's running requests hold, as last scraped
-// (Observation.KVHeld: vLLM's kv_cache_usage_perc of its cache_config_info size), with the
-// cache's size less the prompt. The least-work choice and overflow charge a candidate
+// (Observation.KVHeld: vLLM's kv_cache_usage_perc of its cache_config_info size), and
+// those its waiting requests will take first (Observation.KVWaiting: the decision core
+// counts each at the mean prompt of its recent requests), with the cache's size less the
+// prompt: a home with room for the prompt beside its running requests but with requests
+// waiting starts the prompt only after they start. The least-work choice and overflow charge a candidate
 // without room a cache's worth of work (the cache's size stands for a time, as for
 // overflow). A home that would have to free a quarter or more of what its running
 // requests hold before the prompt fits keeps its key for a move cost of at most the

@@ -24,8 +24,9 @@ type counter struct {
 	// last sent it (SetPeers); bounded loads and the least-work choice count it with w.
 	p  atomic.Int64
 	id uint32 // the address's number in its Loads, from 1 (0: past maxID), for Homes
-	// h is the KV tokens the engine's running requests hold, as last observed
-	// (Observation.KVHeld, at most math.MaxInt32), for Table.Room; kept 0 while kc is 0.
+	// h is the KV tokens the engine's running requests hold and its waiting requests will
+	// take before a new one, as last observed (Observation.KVHeld + KVWaiting, at most the
+	// cache's capacity), for Table.Room; kept 0 while kc is 0.
 	// h, kc and f take 32 bits each to keep the counter in one 64-byte line.
 	h atomic.Int32
 	// kc is the cache's capacity in tokens, as last observed (SetKVWritten; 0: unknown, at
@@ -174,6 +175,12 @@ type Observation struct {
 	// KVHeld is the tokens the engine's KV cache holds for its running requests
 	// (enginemetrics.Load.KVHeld), 0 when unknown; it counts only with KVCapacity.
 	KVHeld int64
+	// KVWaiting is the tokens the engine's waiting requests will take when it admits
+	// them (decide.Core: the requests waiting times the mean prompt of the requests it
+	// routed), 0 when none or unknown; it counts only with KVCapacity. vLLM admits its
+	// queue in order, so a new request's blocks must fit beside the running requests'
+	// and the waiting ones' (Table.Room).
+	KVWaiting int64
 	// KVFreed is the tokens per second the engine's running requests free as they
 	// finish (decide.Core: the rate the engine finishes requests at, times the tokens a
 	// running request holds on average); 0 when they finished none lately, negative when
@@ -192,6 +199,7 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 	}
 	o.Waiting = max(o.Waiting, 0)
 	o.KVHeld = min(max(o.KVHeld, 0), o.KVCapacity)
+	o.KVWaiting = min(max(o.KVWaiting, 0), o.KVCapacity-o.KVHeld)
 	if o.KVCapacity == 0 || o.KVFreed < 0 {
 		o.KVFreed = -1
 	}
@@ -211,7 +219,7 @@ func (l *Loads) Observe(addr string, o Observation, others func(requests, work, 
 	c.kw.Store(o.KVWritten)
 	c.kc.Store(clamp32(o.KVCapacity))
 	c.q.Store(o.Waiting)
-	c.h.Store(clamp32(o.KVHeld))
+	c.h.Store(clamp32(o.KVHeld + o.KVWaiting))
 	c.f.Store(int32(min(o.KVFreed, math.MaxInt32)))
 	c.x.Store(x)
 }

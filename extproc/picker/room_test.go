@@ -45,6 +45,36 @@ func TestRoomIsWhatTheRunningRequestsLeave(t *testing.T) {
 	}
 }
 
+// The requests waiting at an engine take their blocks before a new one (vLLM admits in
+// order): the room is what the running requests and the waiting ones leave, and the
+// waiting ones count for at most what the running ones leave.
+func TestRoomIsWhatTheWaitingRequestsLeaveToo(t *testing.T) {
+	loads := NewLoads()
+	tb := mustTable(t, testConfig(), fleet(2, equal), loads)
+	observe := func(held, waiting int64) {
+		loads.Observe(tb.Endpoint(0).Address, Observation{KVCapacity: 100_000, KVHeld: held, KVWaiting: waiting, Waiting: 1},
+			func(int64, int64, int64) int64 { return 0 })
+	}
+	observe(40_000, 20_000)
+	if !tb.Room(0, 40_000) || tb.Room(0, 40_001) {
+		t.Errorf("40k held and 20k waiting of 100k: room for 40k %v (want true), for 40,001 %v (want false)",
+			tb.Room(0, 40_000), tb.Room(0, 40_001))
+	}
+	observe(40_000, 0)
+	if !tb.Room(0, 60_000) {
+		t.Errorf("the waiting requests outlived a scrape that found none: no room for the 60k left")
+	}
+	observe(90_000, 50_000)
+	if !tb.Room(0, 0) || tb.Room(0, 1) {
+		t.Errorf("held and waiting past the cache count as full: room for 0 %v, for 1 %v", tb.Room(0, 0), tb.Room(0, 1))
+	}
+	loads.Observe(tb.Endpoint(0).Address, Observation{KVHeld: 10_000, KVWaiting: 10_000, Waiting: 1},
+		func(int64, int64, int64) int64 { return 0 })
+	if !tb.Room(0, 1<<40) {
+		t.Errorf("with the cache's size unknown, the waiting requests bound the room")
+	}
+}
+
 // roomFleet is two endpoints of equal weight with bounded loads out of the way and a
 // 100,000-token cache each, and a key: the key's first endpoint a and second b.
 func roomFleet(t *testing.T) (*Table, *Loads, int, int, uint64) {
