@@ -81,9 +81,9 @@
 // those its waiting requests will take first (Observation.KVWaiting: the decision core
 // counts each at the mean prompt of its recent requests), with the cache's size less the
 // prompt: a home with room for the prompt beside its running requests but with requests
-// waiting starts the prompt only after they start. The least-work choice and overflow charge a candidate
-// without room a cache's worth of work (the cache's size stands for a time, as for
-// overflow). A home that would have to free a quarter or more of what its running
+// waiting starts the prompt only after they start. The least-work choice and overflow
+// charge a candidate without room a cache's worth of work (the cache's size stands for a
+// time, as for overflow). A home that would have to free a quarter or more of what its running
 // requests hold before the prompt fits keeps its key for a move cost of at most the
 // prompt itself: waiting there on most of its running requests saves no more than the
 // prompt's prefill elsewhere. A home a little short of room keeps the move cost while

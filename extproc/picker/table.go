@@ -556,7 +556,8 @@ func (t *Table) Freed(i int) int64 { return int64(t.ctr[i].f.Load()) }
 
 // homeMove is the move cost that leaving home is worth for a prompt of the given tokens
 // when the home has no room for it: the home would hold the request until its running
-// requests free what the prompt lacks. Past room by a quarter or more of what they hold
+// requests free what the prompt lacks. What they hold counts what the requests waiting
+// there will take first (Observation.KVWaiting). Past room by a quarter or more of it
 // (waiting on most of them), staying saves at most the prompt's prefill elsewhere: at most
 // the prompt. A little short of room, the home keeps move while its running requests, at
 // the rate they free tokens as they finish (Freed), would free it within
