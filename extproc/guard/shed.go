@@ -307,7 +307,7 @@ func (st *modelState) decayTo(now time.Time, halfLife time.Duration) {
 // learnWork adds an arrival's work to the model's averages (ShedConfig.ByWork); work that
 // is not stated (<= 0, NaN, infinite) is left out.
 func (st *modelState) learnWork(work float64) {
-	if !(work > 0) || math.IsInf(work, 0) {
+	if !stated(work) {
 		return
 	}
 	if st.workSquare == 0 {
@@ -324,11 +324,15 @@ func (st *modelState) learnWork(work float64) {
 // when all have the same work) without byWork, when work is not stated, or before the
 // averages hold any.
 func (st *modelState) weight(byWork bool, work float64) float64 {
-	if !byWork || !(work > 0) || math.IsInf(work, 0) || !(st.workSquare > 0) || math.IsInf(st.workSquare, 0) {
+	if !byWork || !stated(work) || !stated(st.workSquare) {
 		return 1
 	}
 	return work * st.workMean / st.workSquare
 }
+
+// stated reports whether x is a work (or an average of works) to weigh by: positive and
+// finite.
+func stated(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
 
 // quota reports whether shedding the fraction f asks to shed this arrival of class p,
 // whose weight is w (1 for each when every request weighs the same).
