@@ -203,7 +203,7 @@ func upperBound(reqs []Request) float64 {
 // rung and its last.
 type keyLadder struct {
 	first, last int
-	marks       bool // the sidecar keeps prefix marks (request.prefix_marks)
+	marks       bool // the sidecar's parser takes prefix marks (request.Options.Marks)
 }
 
 // ladder is the key ladder of c.Sidecar when set (its first rung is also the baselines'
@@ -239,7 +239,7 @@ func (c *Config) prefixKeys(blocks []uint64, tokens int, lad keyLadder) (fixed, 
 
 // prefixMarks are the sidecar's marks for a prompt of tokens tokens whose trace blocks are
 // blocks: the chain at every multiple of the ladder's first rung up to its last; none when
-// the sidecar keeps no marks.
+// the sidecar's parser takes none.
 func (c *Config) prefixMarks(blocks []uint64, tokens int, lad keyLadder) []uint64 {
 	if !lad.marks || lad.first < 1 {
 		return nil

@@ -65,6 +65,12 @@ type Config struct {
 	// destination lacks of the prompt; false: requests' marks are ignored and no memory is
 	// kept. The sidecar's request.prefix_marks sets it with the parser's marks.
 	PrefixMarks bool
+	// MarkTokens is the prompt tokens one of a request's prefix marks (Request.Marks)
+	// stands for. When positive, the core counts the marks of its requests in flight as
+	// pinned on their engines (picker.Pins: pinSlots, 4 MiB), and a candidate's room for a
+	// prompt leaves out the part of it those requests pin there; 0: every prompt needs room
+	// whole. The sidecar sets it from its parser's options.
+	MarkTokens int64
 	// Rankings, when set, is shared by cores that are given the same views in one process
 	// (the simulator's replicas of a node's sidecar), so that each set of endpoints is
 	// ranked once; the tables are the same either way (picker.Rankings). nil: each core
@@ -99,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.PrefillWeight >= 0) || c.PrefillWeight > MaxPrefillWeight {
 		errs = append(errs, fmt.Errorf("prefill weight is %v: want 0..%v", c.PrefillWeight, MaxPrefillWeight))
+	}
+	if c.MarkTokens < 0 {
+		errs = append(errs, fmt.Errorf("mark tokens is %d: want >= 0 (0: no pins)", c.MarkTokens))
 	}
 	if c.OverflowEngines < 0 || c.OverflowEngines > maxOverflowEngines {
 		errs = append(errs, fmt.Errorf("overflow engines is %d: want 0..%d", c.OverflowEngines, maxOverflowEngines))
@@ -150,8 +159,11 @@ type Core struct {
 	// (picker.Prefixes), for the move cost of requests that carry marks; nil without
 	// Config.PrefixMarks (Place and PickFor then ignore the marks).
 	prefixes *picker.Prefixes
-	drainMu  sync.Mutex
-	drained  uint64
+	// pins counts the prefix marks of this core's requests in flight on each engine
+	// (picker.Pins), for the room a prompt needs there; nil without Config.MarkTokens.
+	pins    *picker.Pins
+	drainMu sync.Mutex
+	drained uint64
 	// started is when the core was made (homeWarmup counts from it).
 	started time.Time
 	// caches is what the core's first look at each engine's KV-cache counters said
@@ -268,6 +280,13 @@ const homeSlots = 1 << 16
 // 4 MiB in all, the marks of 4,096 prompts of 64 marks (256 KiB each at 4 KiB a mark).
 const prefixSlots = 1 << 18
 
+// pinSlots is the size of a core's memory of the marks its requests in flight pin
+// (picker.Pins): 8 bytes a slot, 4 MiB in all. Each mark takes a word for its engine and
+// one for any engine: 1,024 requests in flight of 128 marks (512 KiB prompts at 4 KiB a
+// mark) fill half of it. A mark that finds both its slots taken is not counted, nor are
+// the prompt's marks after it: the request is judged to pin less than it does.
+const pinSlots = 1 << 19
+
 // modelState is what the request path keeps per model across snapshots: arrival counters
 // for the load report and the model's shedder.
 type modelState struct {
@@ -288,6 +307,9 @@ func New(cfg Config, clock guard.Clock) (*Core, error) {
 		homes: picker.NewHomes(homeSlots)}
 	if cfg.PrefixMarks {
 		c.prefixes = picker.NewPrefixes(prefixSlots)
+	}
+	if cfg.MarkTokens > 0 {
+		c.pins = picker.NewPins(pinSlots)
 	}
 	var err error
 	if c.outliers, err = guard.NewOutliers(cfg.Outliers, clock); err != nil {
@@ -523,7 +545,7 @@ func (c *Core) Route(req Request, buf []int) Decision {
 		move = int64(c.cfg.MoveFactor * float64(prompt))
 	}
 	res := m.table.PickFor(&picker.Ask{Key: req.Key, Work: work, Move: move, Home: home,
-		Prefixes: c.prefixes, Marks: req.Marks, Prompt: prompt}, buf[:0])
+		Prefixes: c.prefixes, Marks: req.Marks, Prompt: prompt, Pins: c.pins, MarkTokens: c.cfg.MarkTokens}, buf[:0])
 	if req.HasSubset {
 		var ok bool
 		if res, ok = restrict(m.table, req.Key, res, req.Subset); !ok {
@@ -555,7 +577,9 @@ func (c *Core) Route(req Request, buf []int) Decision {
 	c.routedN.Add(1)
 	c.routedWork.Add(work)
 	id := c.tickets.next()
-	if c.tickets.put(id, inflight{ticket: m.table.Start(primary, work), engine: ep.Engine, address: ep.Address, model: m.name,
+	tk := m.table.Start(primary, work)
+	c.pins.Pin(m.table, primary, req.Marks, &tk)
+	if c.tickets.put(id, inflight{ticket: tk, engine: ep.Engine, address: ep.Address, model: m.name,
 		start: now, requestID: req.RequestID}) {
 		d.Ticket = id
 	}

@@ -248,3 +248,38 @@ func TestObserveEngineLoadWeighsPromptsInPrefill(t *testing.T) {
 		t.Errorf("prefill weight 0: observed %v, want 25k held - our own = %v", got, want)
 	}
 }
+
+// With Config.MarkTokens, the prefix marks of a request the core steers count as pinned
+// on its engine while it is in flight, so that a prompt opening with the same prefix needs
+// room there only for the rest of it; the request's end releases them. Without it the
+// core keeps no pins.
+func TestRoutedRequestsPinTheirMarksUntilTheyEnd(t *testing.T) {
+	c := placementCoreWith(t, func(cfg *Config) { cfg.MarkTokens = 1_000 })
+	marks := make([]uint64, 20)
+	for i := range marks {
+		marks[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	d := c.Route(Request{Model: "a", Key: 11, BodyBytes: 20_000 * BytesPerToken, Marks: marks}, make([]int, 0, 8))
+	if d.Verdict != Steer {
+		t.Fatalf("verdict %v", d.Verdict)
+	}
+	addr := addrOf(d.Engine)
+	table := c.routing.Load().models["a"].table
+	i, _ := table.Lookup(addr)
+	if got := c.pins.Pinned(table, i, marks); got != len(marks) {
+		t.Errorf("in flight: %d of its %d marks pinned on %s", got, len(marks), d.Engine)
+	}
+	if got := c.pins.Pinned(table, i, marks[:5]); got != 5 {
+		t.Errorf("a prompt of its first 5 marks: %d pinned, want 5", got)
+	}
+	c.Outcome(outcome.Record{Ticket: d.Ticket, Upstream: addr, Status: 200, Attempts: 1})
+	if got := c.pins.Pinned(table, i, marks); got != 0 {
+		t.Errorf("after its outcome: %d marks still pinned", got)
+	}
+	if off := placementCore(t); off.pins != nil {
+		t.Errorf("a core without MarkTokens keeps pins")
+	}
+	if err := (Config{MarkTokens: -1}).Validate(); err == nil {
+		t.Errorf("negative mark tokens validated")
+	}
+}

@@ -168,3 +168,45 @@ func BenchmarkPickOverflow(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickRoom is a long prompt's pick with the room check on every candidate, its
+// start and its end, without and with Pins: 100 marks (a 100,000-token prompt at 1,000 a
+// mark), 64 requests in flight that pin the same 30-mark system prompt and their own rest,
+// and every engine's cache stated. With pins, each candidate's room takes one bisection
+// over the marks, the pick one more (Pins.Common), and the request's start and end count
+// its 100 marks twice each; Pin copies the marks (one allocation).
+func BenchmarkPickRoom(b *testing.B) {
+	for _, pinned := range []bool{false, true} {
+		b.Run(fmt.Sprintf("pins=%v", pinned), func(b *testing.B) {
+			loads := NewLoads()
+			cfg := DefaultConfig()
+			tb := mustTable(b, cfg, fleet(16, equal), loads)
+			for i := range tb.Len() {
+				loads.Observe(tb.Endpoint(i).Address, Observation{KVCapacity: 450_000, KVHeld: 300_000},
+					func(int64, int64, int64) int64 { return 200_000 })
+			}
+			var pins *Pins
+			if pinned {
+				pins = NewPins(1 << 19)
+			}
+			for r := range 64 {
+				tk := tb.Start(r%tb.Len(), 100_000)
+				pins.Pin(tb, r%tb.Len(), chain(100, 30, uint64(r)+1), &tk)
+			}
+			marks := chain(100, 30, 1<<20)
+			ask := Ask{Work: 101_000, Move: 1_600_000, Home: -1, Prompt: 100_000, Marks: marks, Pins: pins, MarkTokens: 1_000}
+			ks := keys(1<<14, 19)
+			dst := make([]int, 0, cfg.Choices)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				ask.Key = ks[i&(len(ks)-1)]
+				dst = tb.PickFor(&ask, dst).Order
+				tk := tb.Start(dst[0], ask.Work)
+				pins.Pin(tb, dst[0], marks, &tk)
+				tk.Done()
+				i++
+			}
+		})
+	}
+}

@@ -81,12 +81,21 @@
 // those its waiting requests will take first (Observation.KVWaiting: the decision core
 // counts each at the mean prompt of its recent requests), with the cache's size less the
 // prompt: a home with room for the prompt beside its running requests but with requests
-// waiting starts the prompt only after they start. The least-work choice and overflow
+// waiting starts the prompt only after they start. The blocks of a prefix the engine's
+// running requests already hold are shared, not allocated again (vLLM's prefix cache), so
+// a candidate needs room only for the rest of the prompt (Ask.Pins): Pins counts the
+// prefix marks of this process's requests in flight on each engine, and takes a prefix
+// most of them share (a system prompt) as held by every engine that runs requests. Judged
+// whole, agentic prompts that open with a 32,000-token system prompt looked to need a
+// fifth of an A100's cache more than they do, and requests went to engines that made
+// them wait while others would have started them. The least-work choice and overflow
 // charge a candidate without room a cache's worth of work (the cache's size stands for a
 // time, as for overflow). A home that would have to free a quarter or more of what its running
 // requests hold before the prompt fits keeps its key for a move cost of at most the
 // prompt itself: waiting there on most of its running requests saves no more than the
-// prompt's prefill elsewhere. A home a little short of room keeps the move cost while
+// prompt's prefill elsewhere. (These two judge the home's room for the whole prompt, its
+// shared prefix included: a home keeps its key at the whole move cost only with room to
+// spare; see Table.homeMove.) A home a little short of room keeps the move cost while
 // its running requests would free what the prompt lacks within Config.RoomWait, at the
 // rate they free tokens as they finish (Observation.KVFreed: the engine's finishes per
 // second, from vllm:request_success_total, times the tokens a running request holds on

@@ -388,6 +388,11 @@ type Ticket struct {
 	c     *counter
 	total *counter
 	work  int64
+	// pins, pinID and pinned are the prompt prefix marks Pins.Pin counted for the request
+	// (nil when none), released with it.
+	pins   *Pins
+	pinID  uint32
+	pinned []uint64
 }
 
 // Done records that the request has ended.
@@ -399,4 +404,7 @@ func (t Ticket) Done() {
 	t.c.w.Add(-t.work)
 	t.total.n.Add(-1)
 	t.total.w.Add(-t.work)
+	if t.pins != nil {
+		t.pins.release(t.pinID, t.pinned)
+	}
 }

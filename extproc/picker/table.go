@@ -197,6 +197,12 @@ type Ask struct {
 	// far from room keeps the key for a move cost of at most the prompt (the package
 	// doc's Room).
 	Prompt int64
+	// Pins and MarkTokens (the prompt tokens each of Marks stands for) take from the room
+	// a candidate's cache must have the part of the prompt this process's requests in
+	// flight there already pin (Pins.Pinned): those blocks are shared, not allocated
+	// again. Without them the whole prompt needs room.
+	Pins       *Pins
+	MarkTokens int64
 }
 
 // PickHome is Pick for a key whose last request went to endpoint home (Homes.Lookup; -1:
@@ -222,6 +228,9 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work := max(a.Work, 1)
 	mv := charge{move: max(a.Move, 0), prompt: max(a.Prompt, 0)}
+	if a.Pins != nil && len(a.Marks) > 0 && a.MarkTokens > 0 {
+		mv.pins, mv.pinMarks, mv.markTokens, mv.common = a.Pins, a.Marks, a.MarkTokens, -1
+	}
 	if mv.prompt > 0 && home >= 0 && home < len(t.eps) {
 		mv.move = t.homeMove(home, mv.move, mv.prompt)
 	}
@@ -377,7 +386,7 @@ func (t *Table) overflow(p, usual int, work int64, move *charge, home int) int {
 // overflow then weighs the home whatever the primary's fill, the primary charged the
 // move: the key goes back to its context unless leaving it would still cost less.
 func (c *charge) backHome(t *Table, home int) bool {
-	return home >= t.n && home < len(t.eps) && c.prompt > 0 && t.ctr[home].cache() > 0 && t.Room(home, c.prompt)
+	return home >= t.n && home < len(t.eps) && c.prompt > 0 && t.ctr[home].cache() > 0 && c.roomFor(t, home)
 }
 
 // leastWork moves to the front of order (endpoints within their bound, in the key's
@@ -526,19 +535,47 @@ func (t *Table) Waiting(i int) int64 { return t.ctr[i].q.Load() }
 // or, with prefixes and marks, the share of the prompt's marks the candidate lacks; and
 // what it charges a candidate without room for the prompt (full).
 type charge struct {
-	move     int64
-	prompt   int64 // Ask.Prompt: 0 checks no room
-	prefixes *Prefixes
-	marks    []uint64
+	move   int64
+	prompt int64 // Ask.Prompt: 0 checks no room
+	// pins, pinMarks and markTokens are Ask.Pins, Ask.Marks and Ask.MarkTokens (pins nil:
+	// the whole prompt needs room).
+	pins       *Pins
+	pinMarks   []uint64
+	markTokens int64
+	common     int // Pins.Common: the marks pinned on every engine that holds running requests; -1 until asked
+	prefixes   *Prefixes
+	marks      []uint64
 }
 
 // full is what the least-work choice and overflow charge endpoint i when its cache has no
-// room for the prompt (Room): its cache's size in tokens, as work; 0 when it has room.
+// room for the prompt (roomFor): its cache's size in tokens, as work; 0 when it has room.
 func (c *charge) full(t *Table, i int) int64 {
-	if c.prompt == 0 || t.Room(i, c.prompt) {
+	if c.prompt == 0 || c.roomFor(t, i) {
 		return 0
 	}
 	return t.ctr[i].cache()
+}
+
+// roomFor reports whether endpoint i's cache has room (Room) for the part of the prompt it
+// does not already hold pinned: the prompt less the prefix this process's requests in
+// flight there pin (Ask.Pins), or, on an engine whose running requests hold any of its
+// cache, the prefix most of this process's requests in flight share (Pins.Common),
+// whichever is longer; at least one token (vLLM computes a fully cached prompt's last
+// token again). It looks up the pins only when the cheaper answers do not settle it.
+func (c *charge) roomFor(t *Table, i int) bool {
+	if whole := t.Room(i, c.prompt); whole || c.pins == nil {
+		return whole
+	}
+	left := func(marks int) int64 { return max(c.prompt-int64(marks)*c.markTokens, min(c.prompt, 1)) }
+	if t.ctr[i].h.Load() > 0 {
+		if c.common < 0 {
+			c.common = c.pins.Common(c.pinMarks)
+		}
+		if t.Room(i, left(c.common)) {
+			return true
+		}
+	}
+	return t.Room(i, left(c.pins.Pinned(t, i, c.pinMarks)))
 }
 
 // Room reports whether endpoint i's KV cache, as last observed (Observation), has room for
@@ -556,7 +593,12 @@ func (t *Table) Freed(i int) int64 { return int64(t.ctr[i].f.Load()) }
 
 // homeMove is the move cost that leaving home is worth for a prompt of the given tokens
 // when the home has no room for it: the home would hold the request until its running
-// requests free what the prompt lacks. What they hold counts what the requests waiting
+// requests free what the prompt lacks. It judges the home's room for the whole prompt,
+// what its running requests pin of it included (charge.roomFor leaves that out): a home
+// keeps its key at the whole move cost only with room to spare: the answer needs blocks
+// too, and the scrape is tens of milliseconds old. Judged on the need, homes
+// a few blocks short kept their keys and queued them where other engines would have
+// started them (docs/results/README.md). What they hold counts what the requests waiting
 // there will take first (Observation.KVWaiting). Past room by a quarter or more of it
 // (waiting on most of them), staying saves at most the prompt's prefill elsewhere: at most
 // the prompt. A little short of room, the home keeps move while its running requests, at

@@ -25,9 +25,14 @@ import (
 // one.
 type Config struct {
 	// Request bounds the parse and sets the routing key's ladder (request.KeyDepth):
-	// KeyBlocks is its first rung, MaxBlocks its last. New sets KeyOnly.
+	// KeyBlocks is its first rung, MaxBlocks its last. New sets KeyOnly. With Marks the
+	// requests carry their prefix marks, which the decision core counts as pinned on the
+	// engines its requests run on (decide.Config.MarkTokens).
 	Request request.Options
-	Picker  picker.Config
+	// PrefixMarks prices a move by what the destination lacks of the prompt, by its marks
+	// (decide.Config.PrefixMarks; needs Request.Marks).
+	PrefixMarks bool
+	Picker      picker.Config
 	// DecodeWork is the prompt-token equivalents bounded loads charge for a request's
 	// decode, on top of its body's tokens (decide.Config.DecodeWork).
 	DecodeWork int64
@@ -130,7 +135,16 @@ func (c Config) Core() decide.Config {
 	return decide.Config{Picker: c.Picker, Outliers: c.Outliers, Retry: c.Retry, Shed: c.Shed,
 		Fallbacks: c.Picker.Fallbacks, DecodeWork: c.DecodeWork, MoveFactor: c.MoveFactor,
 		OverflowEngines: c.OverflowEngines, QuotaAt: c.QuotaAt, PrefillWeight: c.EngineLoad.PrefillWeight,
-		PrefixMarks: c.Request.Marks, Log: c.Log}
+		PrefixMarks: c.PrefixMarks && c.Request.Marks, MarkTokens: c.markTokens(), Log: c.Log}
+}
+
+// markTokens is the prompt tokens one prefix mark stands for (decide.Config.MarkTokens):
+// the ladder's first rung in bytes, at decide.BytesPerToken; 0 when requests carry no marks.
+func (c Config) markTokens() int64 {
+	if !c.Request.Marks || c.Request.KeyBlocks <= 0 {
+		return 0
+	}
+	return int64(c.Request.KeyBlocks * c.Request.BlockBytes / decide.BytesPerToken)
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -502,7 +516,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	}
 	req := request.DefaultOptions()
 	req.BlockBytes, req.MaxBlocks, req.KeyBlocks = f.Request.BlockBytes, f.Request.MaxBlocks, f.Request.AffinityBlocks
-	req.Marks = f.Request.PrefixMarks
+	req.Marks = true // the core counts what they pin (decide.Config.MarkTokens)
 	pk := picker.DefaultConfig()
 	pk.Fallbacks, pk.Choices, pk.Epsilon, pk.MaxInFlight = f.Picker.Fallbacks, f.Picker.Choices, f.Picker.BoundedLoadEpsilon, f.Picker.MaxInFlight
 	pk.SpillFloor = f.Picker.SpillFloor * max(f.Picker.DecodeWorkTokens, 1)
@@ -514,6 +528,7 @@ func (f File) Build(log *slog.Logger) (Config, error) {
 	sh.Priorities, sh.RetryAfter, sh.ByWork = f.Shed.Priorities, f.Shed.RetryAfter, f.Shed.ByWork
 	c := Config{
 		Request:           req,
+		PrefixMarks:       f.Request.PrefixMarks,
 		Picker:            pk,
 		DecodeWork:        f.Picker.DecodeWorkTokens,
 		MoveFactor:        f.Picker.MoveFactor,

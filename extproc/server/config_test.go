@@ -145,14 +145,25 @@ func TestDefaultSpillFloorIsThePickersDefault(t *testing.T) {
 	}
 }
 
-// The shipped file keeps no prefix marks: request.prefix_marks is an option, and a server
-// built from the defaults parses none.
-func TestPrefixMarksAreOffByDefault(t *testing.T) {
+// The shipped file prices no move by prefix marks (request.prefix_marks is an option), but
+// the parser takes them always, for the decision core to count what the requests in flight
+// pin on their engines (decide.Config.MarkTokens: the ladder's first rung in tokens).
+func TestPrefixMarksPriceMovesOnlyWhenAsked(t *testing.T) {
 	c, err := DefaultFile().Build(slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Request.Marks || c.Core().PrefixMarks || DefaultFile().Request.PrefixMarks {
+	if c.Core().PrefixMarks || DefaultFile().Request.PrefixMarks {
 		t.Errorf("request.prefix_marks is on in the defaults")
+	}
+	if !c.Request.Marks {
+		t.Errorf("the defaults parse no prefix marks: the core cannot count what requests pin")
+	}
+	if got, want := c.Core().MarkTokens, int64(c.Request.KeyBlocks*c.Request.BlockBytes/decide.BytesPerToken); got != want || got != 1024 {
+		t.Errorf("mark tokens %d, want %d (the first rung, 4 KiB, at 4 bytes a token: 1024)", got, want)
+	}
+	c.Request.Marks = false // a configuration built in code without marks
+	if c.Core().MarkTokens != 0 {
+		t.Errorf("without marks: mark tokens %d", c.Core().MarkTokens)
 	}
 }
