@@ -594,11 +594,11 @@ func (t *Table) Freed(i int) int64 { return int64(t.ctr[i].f.Load()) }
 // homeMove is the move cost that leaving home is worth for a prompt of the given tokens
 // when the home has no room for it: the home would hold the request until its running
 // requests free what the prompt lacks. It judges the home's room for the whole prompt,
-// what its running requests pin of it included (charge.roomFor leaves that out): a home
-// keeps its key at the whole move cost only with room to spare: the answer needs blocks
-// too, and the scrape is tens of milliseconds old. Judged on the need, homes
-// a few blocks short kept their keys and queued them where other engines would have
-// started them (docs/results/README.md). What they hold counts what the requests waiting
+// what its running requests pin of it included (charge.roomFor leaves that out), so a
+// home keeps its key at the whole move cost only with room to spare: the answer needs
+// blocks too, and the scrape is tens of milliseconds old. Judged on the unpinned part
+// alone, homes a few blocks short kept their keys and queued requests other engines would
+// have started (docs/results/README.md). What they hold counts what the requests waiting
 // there will take first (Observation.KVWaiting). Past room by a quarter or more of it
 // (waiting on most of them), staying saves at most the prompt's prefill elsewhere: at most
 // the prompt. A little short of room, the home keeps move while its running requests, at
