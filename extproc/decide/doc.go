@@ -49,6 +49,7 @@
 //	per-engine in-flight counts   Route (start), Outcome/EndStream/Expire (done)  Route (bounded loads)  atomics in picker.Loads, padded per engine
 //	per-engine observed work      ObserveEngineLoad (the engine-load scrape)     Route (least-work choice)  atomics in picker.Loads (the map under its mutex, off the request path)
 //	each key's last engine        Route (Remember), AdoptPlacements (peers')  Route (PickHome)  atomic words in picker.Homes, one per slot
+//	prefix marks pinned in flight  Route (Pin), Outcome/EndStream/Expire (the ticket's Done)  Route (the room check)  CAS on words in picker.Pins, one per slot
 //	caches warm at the start      ObserveEngineLoad (first look) Route (warmingUp) atomic.Int32; the engines looked at under firstLooksMu
 //	changed homes, for peers      Route (Remember's journal)     AppendPlacements  an atomic cursor and ring in picker.Homes; the drain under drainMu
 //	mean work of routed requests  Route (two atomic adds)        ObserveEngineLoad  atomics; the mean under meanMu (off the request path)
@@ -72,8 +73,8 @@
 //
 // # Invariants
 //
-//   - Every ticket's in-flight count is released exactly once, by whichever of stream end,
-//     outcome and expiry comes first.
+//   - Every ticket's in-flight count, and the prefix marks it pins, are released exactly
+//     once, by whichever of stream end, outcome and expiry comes first.
 //   - A view that cannot be built is refused; the current snapshot stays.
 //   - A policy part that fails validation is refused; the rest applies.
 //   - Draining and zero-weight endpoints are never listed: Envoy's override_host does not
