@@ -35,7 +35,7 @@ type Request struct {
 	// Marks are the sidecar's prefix marks of the prompt (extproc/request's Marks): the
 	// chained hash at every multiple of the ladder's first rung, each taken at the trace
 	// block it ends in, as the keys are. Nil when the trace has no blocks or the sidecar's
-	// configuration keeps no marks (request.prefix_marks).
+	// parser takes no marks (request.Options.Marks; the sidecar's always does).
 	Marks []uint64
 	// Replica is the router replica of the request's pool that receives it, drawn per
 	// request (seeded) in [0, Config.Replicas): a load balancer in front of the replicas.

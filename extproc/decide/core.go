@@ -423,9 +423,12 @@ type Request struct {
 	// was placed under the parent has its context there.
 	ParentKey uint64
 	// Marks are the prompt's prefix marks (extproc/request's Marks: the chained hash after
-	// every KeyBlocks blocks), from the first: with them a candidate that is not the key's
-	// home is charged the move cost for the share of them it is not known to hold
-	// (picker.Prefixes), where without them it is charged all of it. Optional.
+	// every KeyBlocks blocks), from the first: with Config.MarkTokens the core counts them
+	// as pinned on the engine while the request runs, and a candidate's room for a prompt
+	// leaves out what its pins cover (picker.Pins); with Config.PrefixMarks a candidate
+	// that is not the key's home is charged the move cost for the share of them it is not
+	// known to hold (picker.Prefixes), where without them it is charged all of it.
+	// Optional.
 	Marks    []uint64
 	Priority int
 	// PromptBytes is the canonical prompt's size, for the reported token rate.

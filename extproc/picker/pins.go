@@ -3,16 +3,16 @@ package picker
 import "sync/atomic"
 
 // Pins counts, per (prefix mark, endpoint), the requests in flight from this process whose
-// prompts hold the mark: the prompt prefixes its requests keep pinned in each engine's KV
-// cache while they run. A request that shares a prefix with one running on an engine needs
-// KV blocks there only for the rest of its prompt (vLLM's prefix cache references a block
-// already held instead of allocating it again: vllm/v1/core/kv_cache_manager.py,
-// get_computed_blocks and allocate_slots), so the room a candidate has for a prompt
-// (Table.Room, through Ask.Pins) is judged on the part of the prompt that is not pinned
-// there. Agentic sessions that open with one long system prompt hold it once per engine
-// however many of them run there; judged whole, each looked to need a third of a cache
-// more than it does, and engines that could start it at once were passed over for engines
-// that made it wait (docs/results/README.md).
+// prompts hold the mark (at sampled depths: pinDepth): the prompt prefixes its requests
+// keep pinned in each engine's KV cache while they run. A request that shares a prefix
+// with one running on an engine needs KV blocks there only for the rest of its prompt
+// (vLLM's prefix cache references a block already held instead of allocating it again:
+// vllm/v1/core/kv_cache_manager.py, get_computed_blocks and allocate_slots), so the room a
+// candidate has for a prompt (Ask.Pins; charge.roomFor) is judged on the part of the prompt
+// that is not pinned there. Agentic sessions that open with one long system prompt hold it
+// once per engine however many of them run there; judged whole, each looked to need a
+// fifth of an A100's cache more than it does, and engines that could start it at once were
+// passed over for engines that made it wait (docs/results/README.md).
 //
 // What it counts per endpoint is a lower bound: only this process's requests (the
 // engine's other requests may pin more), and a mark it could not count (its slot taken by

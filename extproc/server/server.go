@@ -54,10 +54,9 @@ func NewWithClock(cfg Config, clock guard.Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// Routing reads the request's keys and, with request.prefix_marks, its prefix marks
-	// (one per first rung of the key ladder, at most MaxBlocks/KeyBlocks), never its
-	// per-block hashes: a long prompt then costs no slice but the marks', whatever Config
-	// the caller built.
+	// Routing reads the request's keys and its prefix marks (one per first rung of the key
+	// ladder, at most MaxBlocks/KeyBlocks), never its per-block hashes: a long prompt then
+	// costs no slice but the marks', whatever Config the caller built.
 	cfg.Request.KeyOnly = true
 	s := &Server{cfg: cfg, clock: clock, decisions: newDecisionLog(cfg.Decisions)}
 	dc := cfg.Core()
