@@ -227,15 +227,15 @@ func (t *Table) PickFor(a *Ask, dst []int) Result {
 	key, home := a.Key, a.Home
 	// Mirrokni et al. count the arriving request in the total it must fit under.
 	work := max(a.Work, 1)
-	mv := charge{move: max(a.Move, 0), prompt: max(a.Prompt, 0)}
+	mv := charge{move: max(a.Move, 0), prompt: max(a.Prompt, 0), marks: a.Marks}
 	if a.Pins != nil && len(a.Marks) > 0 && a.MarkTokens > 0 {
-		mv.pins, mv.pinMarks, mv.markTokens, mv.common = a.Pins, a.Marks, a.MarkTokens, -1
+		mv.pins, mv.markTokens, mv.common = a.Pins, a.MarkTokens, -1
 	}
 	if mv.prompt > 0 && home >= 0 && home < len(t.eps) {
 		mv.move = t.homeMove(home, mv.move, mv.prompt)
 	}
 	if a.Prefixes != nil && len(a.Marks) > 0 && mv.move > 0 {
-		mv.prefixes, mv.marks = a.Prefixes, a.Marks
+		mv.prefixes = a.Prefixes
 	}
 	w := walk{b: uint32(mix(key) >> t.shift), total: float64(t.total.inFlight() + work)}
 	dst = t.gather(&w, dst, t.list)
@@ -536,15 +536,16 @@ func (t *Table) Waiting(i int) int64 { return t.ctr[i].q.Load() }
 // what it charges a candidate without room for the prompt (full).
 type charge struct {
 	move   int64
-	prompt int64 // Ask.Prompt: 0 checks no room
-	// pins, pinMarks and markTokens are Ask.Pins, Ask.Marks and Ask.MarkTokens (pins nil:
-	// the whole prompt needs room).
+	prompt int64    // Ask.Prompt: 0 checks no room
+	marks  []uint64 // Ask.Marks, which pins and prefixes weigh
+	// pins and markTokens are Ask.Pins and Ask.MarkTokens (pins nil: the whole prompt needs
+	// room).
 	pins       *Pins
-	pinMarks   []uint64
 	markTokens int64
 	common     int // Pins.Common: the marks pinned on every engine that holds running requests; -1 until asked
-	prefixes   *Prefixes
-	marks      []uint64
+	// prefixes is Ask.Prefixes when a move is charged by the marks the candidate lacks
+	// (nil: every candidate but the home is charged all of move).
+	prefixes *Prefixes
 }
 
 // full is what the least-work choice and overflow charge endpoint i when its cache has no
@@ -569,13 +570,13 @@ func (c *charge) roomFor(t *Table, i int) bool {
 	left := func(marks int) int64 { return max(c.prompt-int64(marks)*c.markTokens, min(c.prompt, 1)) }
 	if t.ctr[i].h.Load() > 0 {
 		if c.common < 0 {
-			c.common = c.pins.Common(c.pinMarks)
+			c.common = c.pins.Common(c.marks)
 		}
 		if t.Room(i, left(c.common)) {
 			return true
 		}
 	}
-	return t.Room(i, left(c.pins.Pinned(t, i, c.pinMarks)))
+	return t.Room(i, left(c.pins.Pinned(t, i, c.marks)))
 }
 
 // Room reports whether endpoint i's KV cache, as last observed (Observation), has room for
