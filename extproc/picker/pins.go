@@ -1,6 +1,9 @@
 package picker
 
-import "sync/atomic"
+import (
+	"sort"
+	"sync/atomic"
+)
 
 // Pins counts, per (prefix mark, endpoint), the requests in flight from this process whose
 // prompts hold the mark (at sampled depths: pinDepth): the prompt prefixes its requests
@@ -224,19 +227,12 @@ func (p *Pins) Pinned(t *Table, i int, marks []uint64) int {
 }
 
 // deepest is the depth, in marks, of the last of marks' samples (pinDepth) for which held
-// holds, finding the first for which it does not by bisection; 0 when the first does not.
+// holds, the first for which it does not found by bisection (the samples held are a
+// prefix of them); 0 when the first does not.
 func (p *Pins) deepest(marks []uint64, held func(uint64) bool) int {
-	lo, hi := 0, pinSamples(len(marks)) // samples [0, lo) held; [hi, ...) not
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if held(marks[pinDepth(mid)-1]) {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	if lo == 0 {
+	n := sort.Search(pinSamples(len(marks)), func(e int) bool { return !held(marks[pinDepth(e)-1]) })
+	if n == 0 {
 		return 0
 	}
-	return pinDepth(lo - 1)
+	return pinDepth(n - 1)
 }

@@ -1,6 +1,9 @@
 package picker
 
-import "sync/atomic"
+import (
+	"sort"
+	"sync/atomic"
+)
 
 // Prefixes remembers which prompt prefixes this process sent to which endpoint: per
 // (prefix mark, endpoint), the endpoint's cache stamp when a request whose prompt holds that
@@ -75,16 +78,7 @@ func (p *Prefixes) Held(t *Table, i int, marks []uint64) int {
 	if c.id == 0 {
 		return 0
 	}
-	lo, hi := 0, len(marks) // marks[:lo] held; marks[hi:] not
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if p.holds(c, marks[mid]) {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo
+	return sort.Search(len(marks), func(j int) bool { return !p.holds(c, marks[j]) })
 }
 
 func (p *Prefixes) holds(c *counter, mark uint64) bool {
