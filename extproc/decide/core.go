@@ -281,10 +281,11 @@ const homeSlots = 1 << 16
 const prefixSlots = 1 << 18
 
 // pinSlots is the size of a core's memory of the marks its requests in flight pin
-// (picker.Pins): 8 bytes a slot, 4 MiB in all. Each mark takes a word for its engine and
-// one for any engine: 1,024 requests in flight of 128 marks (512 KiB prompts at 4 KiB a
-// mark) fill half of it. A mark that finds both its slots taken is not counted, nor are
-// the prompt's marks after it: the request is judged to pin less than it does.
+// (picker.Pins): 8 bytes a slot, 4 MiB in all. A request counts its marks at sampled
+// depths (24 of a 512 KiB prompt's 128 marks), each in a word for its engine and one for
+// any engine: 1,024 such requests in flight fill under a tenth of it. A mark that finds
+// both its slots taken is not counted, nor are the prompt's marks after it: the request is
+// judged to pin less than it does.
 const pinSlots = 1 << 19
 
 // modelState is what the request path keeps per model across snapshots: arrival counters
