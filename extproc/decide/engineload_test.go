@@ -2,6 +2,7 @@ package decide
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,10 +277,13 @@ func TestRoutedRequestsPinTheirMarksUntilTheyEnd(t *testing.T) {
 	if got := c.pins.Pinned(table, i, marks); got != 0 {
 		t.Errorf("after its outcome: %d marks still pinned", got)
 	}
-	if off := placementCore(t); off.pins != nil {
+	off := placementCore(t)
+	if off.pins != nil {
 		t.Errorf("a core without MarkTokens keeps pins")
 	}
-	if err := (Config{MarkTokens: -1}).Validate(); err == nil {
-		t.Errorf("negative mark tokens validated")
+	bad := off.cfg
+	bad.MarkTokens = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "mark tokens") {
+		t.Errorf("negative mark tokens: %v, want an error naming them", err)
 	}
 }
